@@ -1,0 +1,55 @@
+// Configuration of a table (fixed when its pool is created) and of one opening of it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gphash {
+
+// Levels (L), hash functions (H) and slots per bucket (S), with L*H*S = 32. Supported:
+// 2L-2H-8S (default), 4L-2H-4S and 1L-4H-8S.
+struct TableShape {
+  uint8_t levels = 2;
+  uint8_t hashes = 2;
+  uint8_t slots = 8;
+  friend constexpr bool operator==(TableShape, TableShape) = default;
+};
+std::string to_string(TableShape shape);           // "2L-2H-8S"
+TableShape parse_shape(const std::string& text);   // inverse; throws Error(kInvalidArgument)
+
+struct TableConfig {
+  uint32_t key_width = 8;    // 8, 16 or 32 bytes, fixed per pool
+  uint32_t value_width = 8;  // 1..65536 bytes; up to 8 inline in the slot, larger in the value heap
+  TableShape shape{};
+  // Items the table should hold before its first resize (it grows on demand either way).
+  uint64_t capacity = uint64_t{1} << 20;
+  // Seed of the hash functions; random when absent.
+  std::optional<uint64_t> hash_seed;
+};
+
+enum class EngineKind {
+  kCpu,  // multi-threaded CPU engine: any pool kind, no GPU needed
+  kGpu,  // GPU engine: needs a GPU and a pool it can map (shm, hugetlbfs, memory)
+};
+
+// Where the GPU engine keeps the table while the pool is open.
+enum class Placement {
+  kHostMapped,  // in the pool, operated on in place over PCIe: persistent (the GPM model)
+  kGpuMemory,   // a copy in GPU memory: fastest, volatile until saved back to the pool
+};
+
+struct OpenOptions {
+  EngineKind engine = EngineKind::kCpu;
+  Placement placement = Placement::kHostMapped;
+  int threads = 0;              // CPU engine worker threads; 0 = all hardware threads
+  bool read_only = false;       // searches only; the pool is opened shared
+  bool auto_resize = true;      // grow the table when an insert finds no free slot
+  uint64_t max_pool_bytes = 0;  // 0: limited by the file system only
+  bool replace = false;         // create: replace an existing pool at the path
+  // Use cache-line flushes as the persist barrier even on shared memory: exercises the code
+  // path that persistent memory (device-DAX, CXL) needs.
+  bool force_flush = false;
+};
+
+}  // namespace gphash

@@ -1,0 +1,83 @@
+// gphash::Table: a persistent hash table in a pool, operated on in batches by the CPU or the GPU.
+//
+//   auto table = gphash::Table::create("orders", {.key_width = 16, .value_width = 64});
+//   table.execute({.size = n, .key_width = 16, .value_width = 64, .op = gphash::Op::kUpsert,
+//                  .keys = keys, .values = values, .status = status});
+//
+// Durability (DESIGN.md section 3): when execute() returns, every write of the batch is
+// durable as the pool's kind promises: on /dev/shm it survives the death of the process (not a
+// reboot); on a regular file it has been msync'ed. A batch cut short by a crash may have applied
+// any subset of its operations, each wholly or not at all.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gphash/config.h"
+#include "gphash/error.h"
+#include "gphash/ops.h"
+
+namespace gphash {
+
+struct TableInfo {
+  std::string path;
+  std::string pool_kind;  // shm, hugetlbfs, file, memory
+  std::string engine;     // cpu, gpu-mapped, gpu-memory
+  uint32_t key_width = 0;
+  uint32_t value_width = 0;
+  TableShape shape{};
+  uint64_t hash_seed = 0;
+  uint64_t items = 0;
+  uint64_t slots = 0;
+  double load_factor = 0;
+  uint32_t bottom_level = 0;
+  uint32_t top_level = 0;
+  uint64_t pool_bytes = 0;
+  uint64_t heap_cells = 0;
+  uint32_t cell_size = 0;
+  bool recovered = false;  // this open ran crash recovery
+  double open_seconds = 0;
+  uint64_t resizes = 0;
+  uint64_t displacements = 0;
+  uint64_t heap_grows = 0;
+  double last_resize_seconds = 0;
+};
+
+struct CheckResult {
+  bool ok = true;
+  std::string violation;  // the first violation, empty when ok
+  uint64_t items = 0;
+};
+
+class Table {
+ public:
+  // Creates a pool at `pool` ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path).
+  static Table create(const std::string& pool, const TableConfig& config, const OpenOptions& options = {});
+  // Opens an existing pool; runs recovery first if it was not shut down cleanly.
+  static Table open(const std::string& pool, const OpenOptions& options = {});
+
+  Table(Table&&) noexcept;
+  Table& operator=(Table&&) noexcept;
+  ~Table();  // closes cleanly
+
+  // Runs a batch (semantics in gphash/ops.h). Throws gphash::Error for a malformed batch (wrong
+  // key or value width, missing arrays, unknown op) before touching the table.
+  void execute(const Batch& batch);
+
+  uint32_t key_width() const;
+  uint32_t value_width() const;
+  uint64_t size() const;  // items
+  TableInfo info() const;
+  // Verifies the table's invariants (see `gphash check`).
+  CheckResult check(int threads = 0) const;
+  // Makes everything durable and marks the pool clean. The table is unusable afterwards.
+  void close();
+
+ private:
+  struct Impl;
+  explicit Table(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gphash

@@ -1,0 +1,129 @@
+#include "engines/common/table_meta.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "format/shape.h"
+#include "gphash/error.h"
+
+namespace gphash::engine {
+
+using format::PoolHeader;
+
+namespace {
+
+void check_config(const TableConfig& c) {
+  if (!format::is_supported_key_width(c.key_width))
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("key width {} is not supported: use 8, 16 or 32", c.key_width),
+                "key_width");
+  if (c.value_width == 0 || c.value_width > format::kMaxValueWidth)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("value width {} is not supported: use 1..{}", c.value_width, format::kMaxValueWidth),
+                "value_width");
+  if (!format::is_supported(c.shape))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("shape {} is not supported: use 2L-2H-8S, 4L-2H-4S or 1L-4H-8S", to_string(c.shape)), "shape");
+  if (c.capacity == 0 || c.capacity > (uint64_t{1} << 36))
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("capacity {} is not in 1..2^36", c.capacity), "capacity");
+}
+
+uint64_t next_pow2(uint64_t x) { return x <= 1 ? 1 : uint64_t{1} << (64 - __builtin_clzll(x - 1)); }
+
+}  // namespace
+
+void TableMeta::initialize(pool::Pool& pool, const TableConfig& config) {
+  check_config(config);
+  PoolHeader h{};
+  std::memcpy(h.magic, format::kMagic, sizeof h.magic);
+  h.byte_order = format::kByteOrderMark;
+  h.version_major = format::kFormatMajor;
+  h.version_minor = format::kFormatMinor;
+  std::random_device rd;
+  for (auto& b : h.uuid) b = static_cast<unsigned char>(rd());
+  h.created_unix_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  h.key_width = config.key_width;
+  h.value_width = config.value_width;
+  h.levels = config.shape.levels;
+  h.hashes = config.shape.hashes;
+  h.slots = config.shape.slots;
+  h.hash_function = format::kHashXxh64;
+  h.bucket_bytes = format::BucketLayout{config.key_width, config.shape.slots}.bytes();
+  h.hash_seed = config.hash_seed ? *config.hash_seed : (uint64_t{rd()} << 32 | rd());
+  h.extent_align_log2 = pool.header().extent_align_log2;
+  h.pool_used = pool.header().pool_used;
+  h.pool_size = pool.header().pool_size;
+  h.clean_shutdown = 1;
+
+  // Smallest bottom level whose L levels hold `capacity` items at 90% load.
+  const uint64_t per_bottom_bucket = uint64_t{config.shape.slots} * ((uint64_t{1} << config.shape.levels) - 1);
+  uint32_t bottom = 0;
+  while ((per_bottom_bucket << bottom) * 9 / 10 < config.capacity) ++bottom;
+  h.bottom_level = bottom;
+  if (format::top_level(h) > format::kMaxLevel)
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("capacity {} needs more than {} levels", config.capacity,
+                                                         format::kMaxLevel), "capacity");
+  for (uint32_t l = bottom; l <= format::top_level(h); ++l)
+    h.level_offset[l] = pool.allocate_extent(h, format::level_bytes(h, l));
+
+  if (!format::value_is_inline(config.value_width)) {
+    h.cell_size = format::cell_size_for(config.value_width);
+    h.heap_first_chunk_cells = std::max<uint64_t>(64, next_pow2(config.capacity));
+    h.heap_chunk_count = 1;
+    h.heap_chunk_offset[0] = pool.allocate_extent(h, h.heap_first_chunk_cells * h.cell_size);
+  }
+  pool.write_initial_header(h);
+}
+
+void TableMeta::begin_resize() {
+  PoolHeader h = header();
+  const uint32_t new_top = format::top_level(h) + 1;
+  if (h.resize_state != format::kResizeNone) return;  // resuming: the level exists
+  if (new_top > format::kMaxLevel)
+    throw Error(ErrorCode::kNoSpace, fmt::format("table cannot grow past level {}", format::kMaxLevel));
+  h.level_offset[new_top] = pool_.allocate_extent(h, format::level_bytes(h, new_top));
+  h.resize_state = format::kResizeRehashing;
+  pool_.write_header(h);
+}
+
+void TableMeta::finish_resize() {
+  PoolHeader h = header();
+  const uint32_t old_bottom = h.bottom_level;
+  const uint64_t old_offset = h.level_offset[old_bottom];
+  const uint64_t old_bytes = format::level_bytes(h, old_bottom);
+  h.level_offset[old_bottom] = 0;
+  h.bottom_level = old_bottom + 1;
+  h.resize_state = format::kResizeNone;
+  pool_.write_header(h);
+  pool_.release_extent(old_offset, old_bytes);
+}
+
+void TableMeta::grow_heap() {
+  PoolHeader h = header();
+  if (h.heap_chunk_count >= format::kMaxHeapChunks)
+    throw Error(ErrorCode::kNoSpace, "the value heap has its maximum number of chunks");
+  format::HeapGeometry g = format::heap_geometry(h);
+  h.heap_chunk_offset[h.heap_chunk_count] =
+      pool_.allocate_extent(h, g.chunk_cells(h.heap_chunk_count) * h.cell_size);
+  ++h.heap_chunk_count;
+  pool_.write_header(h);
+}
+
+void TableMeta::mark_open_dirty() {
+  if (header().clean_shutdown == 0) return;
+  PoolHeader h = header();
+  h.clean_shutdown = 0;
+  pool_.write_header(h);
+}
+
+void TableMeta::mark_clean(uint64_t item_count) {
+  PoolHeader h = header();
+  h.clean_shutdown = 1;
+  h.item_count = item_count;
+  pool_.write_header(h);
+}
+
+}  // namespace gphash::engine

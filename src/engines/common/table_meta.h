@@ -1,0 +1,59 @@
+// Host-side owner of a pool's table metadata: creating the initial table, resolving levels and
+// heap cells to addresses, and the header transitions of resize and heap growth. Both engines
+// use it, so every header change goes through one place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "format/header.h"
+#include "format/layout.h"
+#include "gphash/config.h"
+#include "pool/pool.h"
+
+namespace gphash::engine {
+
+class TableMeta {
+ public:
+  // Lays out the initial levels and heap for `config` and writes the first header.
+  static void initialize(pool::Pool& pool, const TableConfig& config);
+
+  explicit TableMeta(pool::Pool& pool) : pool_(pool) {}
+
+  pool::Pool& pool() const { return pool_; }
+  const format::PoolHeader& header() const { return pool_.header(); }
+  uint32_t bottom_level() const { return header().bottom_level; }
+  uint32_t top_level() const { return format::top_level(header()); }
+  // The highest level that holds items: top_level(), or one more while a resize rehashes.
+  uint32_t highest_level() const {
+    return top_level() + (header().resize_state == format::kResizeRehashing ? 1 : 0);
+  }
+  std::byte* level(uint32_t l) const { return pool_.at<std::byte>(header().level_offset[l]); }
+  std::byte* bucket(uint32_t l, uint64_t b) const { return level(l) + b * header().bucket_bytes; }
+  uint64_t slot_capacity() const { return format::slot_capacity(header()); }
+
+  bool has_heap() const { return !format::value_is_inline(header().value_width); }
+  uint64_t heap_cells() const { return format::heap_cell_capacity(header()); }
+  std::byte* cell(uint64_t ref) const {
+    const format::PoolHeader& h = header();
+    format::HeapGeometry g = format::heap_geometry(h);
+    uint32_t c = g.chunk_of(ref);
+    return pool_.at<std::byte>(h.heap_chunk_offset[c]) + (ref - g.chunk_begin(c)) * h.cell_size;
+  }
+
+  // Resize, step 1: allocates the new top level and persists kResizeRehashing. Throws kNoSpace
+  // (nothing changed) when the pool cannot grow.
+  void begin_resize();
+  // Resize, last step: the old bottom level is empty; drop it and persist kResizeNone.
+  void finish_resize();
+  // Adds a heap chunk (doubling the heap). Throws kNoSpace when the pool cannot grow.
+  void grow_heap();
+
+  void mark_open_dirty();                   // persisted before the first write of a session
+  void mark_clean(uint64_t item_count);     // persisted at a clean shutdown
+
+ private:
+  pool::Pool& pool_;
+};
+
+}  // namespace gphash::engine

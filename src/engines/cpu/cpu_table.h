@@ -1,0 +1,483 @@
+// The CPU engine's operations on one key, and the table-wide steps of resize and recovery. All
+// pool stores go through Memory (memory.h), and every operation is lock-free on the pool: slot
+// states change by 8-byte CAS (EMPTY -> INSERTING -> published, published -> EMPTY) and values by
+// one CAS of the value word, so a crash leaves each slot old or new, never torn.
+#pragma once
+
+#include <omp.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "engines/common/table_meta.h"
+#include "engines/cpu/cell_allocator.h"
+#include "engines/cpu/memory.h"
+#include "format/hash.h"
+#include "format/layout.h"
+#include "format/shape.h"
+#include "format/slot.h"
+#include "gphash/error.h"
+#include "gphash/ops.h"
+
+namespace gphash::engine::cpu {
+
+enum class Outcome : uint8_t {
+  kOk,
+  kNotFound,
+  kExists,
+  kReservedKey,
+  kNeedSlot,  // no free candidate slot: needs displacement or a resize (exclusive)
+  kNeedCell,  // the heap has no free cell: needs heap growth (exclusive)
+};
+
+template <class ShapeT, int KeyWidth, class Memory = DirectMemory>
+class CpuTable {
+ public:
+  static constexpr int L = ShapeT::kLevels;
+  static constexpr int H = ShapeT::kHashes;
+  static constexpr int S = ShapeT::kSlots;
+  static constexpr int kKeyWords = KeyWidth / 8;
+  using Layout = format::StaticBucketLayout<KeyWidth, S>;
+  static constexpr uint64_t kNoCell = CellAllocator::kNoCell;
+
+  // A key with its hashes and the state word its published copies carry.
+  struct Probe {
+    uint64_t key[kKeyWords];
+    uint64_t hash[H];
+    uint64_t published;
+  };
+
+  // Trivially constructible on purpose: a Scan holds 32 of them per operation.
+  struct SlotRef {
+    std::byte* bucket;
+    uint32_t level;
+    uint64_t index;
+    uint32_t slot;
+    format::SlotAddress address() const { return {level, index, slot}; }
+  };
+
+  CpuTable(TableMeta& meta, Memory memory, CellAllocator& cells) : meta_(meta), mem_(memory), cells_(cells) {
+    refresh();
+  }
+
+  // Reloads level and heap addresses after the header changed (resize, heap growth).
+  void refresh() {
+    const format::PoolHeader& h = meta_.header();
+    for (int j = 0; j < H; ++j) seed_[j] = format::hash_seed_for(h.hash_seed, j);
+    bottom_ = meta_.bottom_level();
+    top_ = meta_.top_level();
+    highest_ = meta_.highest_level();
+    for (uint32_t l = 0; l <= format::kMaxLevel; ++l) levels_[l] = h.level_offset[l] ? meta_.level(l) : nullptr;
+    value_width_ = h.value_width;
+    has_heap_ = meta_.has_heap();
+    cell_size_ = h.cell_size;
+    heap_ = format::heap_geometry(h);
+    heap_cells_ = meta_.heap_cells();
+    for (uint32_t c = 0; c < h.heap_chunk_count; ++c) chunk_[c] = meta_.pool().template at<std::byte>(h.heap_chunk_offset[c]);
+  }
+
+  void prepare(Probe& p, const void* key) const {
+    std::memcpy(p.key, key, KeyWidth);
+    for (int j = 0; j < H; ++j) p.hash[j] = format::xxh64_words<kKeyWords>(p.key, seed_[j]);
+    if constexpr (Layout::kKeyIsState)
+      p.published = format::encode_key_word(p.key[0]);
+    else
+      p.published = format::fingerprint(p.hash[0], p.hash[H - 1]);
+  }
+
+  void prefetch(const Probe& p) const {
+    for (uint32_t level = bottom_; level <= top_; ++level)
+      for (int j = 0; j < H; ++j) {
+        const std::byte* b = bucket(level, format::bucket_at(p.hash[j], level));
+        __builtin_prefetch(b);
+        if constexpr (Layout::kKeyIsState && Layout::kBytes > 64) __builtin_prefetch(b + 64);
+      }
+  }
+
+  // One operation on one key. `count_delta` accumulates the change in the number of items.
+  Outcome apply(Op op, const Probe& p, const std::byte* value_in, std::byte* value_out, int tid, int64_t& count_delta) {
+    if constexpr (Layout::kKeyIsState)
+      if (format::is_reserved_key(p.key[0])) return Outcome::kReservedKey;
+    uint64_t cell = kNoCell;  // a cell written for this call but not yet linked to a slot
+    auto finish = [&](Outcome o) {
+      if (cell != kNoCell) cells_.release(tid, cell);
+      return o;
+    };
+    for (;;) {
+      Scan s = scan(p, bottom_, top_);
+      if (op == Op::kSearch) {
+        if (s.valid < 0) return Outcome::kNotFound;
+        if (value_out) read_value(s.match[s.valid], value_out);
+        return Outcome::kOk;
+      }
+      if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
+      if (s.valid >= 0) {
+        const SlotRef& at = s.match[s.valid];
+        if (op == Op::kInsert) return finish(Outcome::kExists);
+        if (op == Op::kErase) {
+          uint64_t expected = p.published;
+          if (!Memory::cas(state_word(at), expected, format::kSlotEmpty)) continue;  // changed under us: rescan
+          mem_.persist(state_word(at), 8);
+          if (has_heap_) cells_.release(tid, Memory::load(value_word(at)));
+          --count_delta;
+          return finish(Outcome::kOk);
+        }
+        return finish(write_value(at, value_in, tid, cell));  // update or upsert
+      }
+      if (op == Op::kErase || op == Op::kUpdate) return finish(Outcome::kNotFound);
+      if (!s.has_free) return finish(Outcome::kNeedSlot);
+      uint64_t word;
+      if (has_heap_) {
+        if (cell == kNoCell && (cell = new_cell(value_in, tid)) == kNoCell) return Outcome::kNeedCell;
+        word = cell;
+      } else {
+        word = inline_word(value_in);
+      }
+      uint64_t expected = format::kSlotEmpty;
+      if (!Memory::cas(state_word(s.free), expected, format::kSlotInserting)) continue;  // another insert took it
+      link(s.free, p, word);
+      cell = kNoCell;
+      ++count_delta;
+      return Outcome::kOk;
+    }
+  }
+
+  // Makes room among p's candidates by moving one item to a free slot among its own candidates.
+  // Exclusive: no other operation may run. The move is bracketed by the maintenance record so
+  // recovery can drop the second copy if a crash leaves both.
+  bool displace_for(const Probe& p) {
+    for (uint32_t level = top_ + 1; level-- > bottom_;)
+      for (int j = 0; j < H; ++j) {
+        if (repeated_bucket(p, level, j)) continue;
+        const uint64_t index = format::bucket_at(p.hash[j], level);
+        std::byte* b = bucket(level, index);
+        for (int s = 0; s < S; ++s) {
+          SlotRef from{b, level, index, static_cast<uint32_t>(s)};
+          uint64_t state = Memory::load(state_word(from));
+          if (!format::is_published(state)) continue;
+          Probe other;
+          load_probe(from, state, other);
+          Scan os = scan(other, bottom_, top_);
+          if (!os.has_free) continue;
+          move(from, os.free, other);
+          return true;
+        }
+      }
+    return false;
+  }
+
+  // Resize, step 2: moves every item of the bottom level into the levels above it (the new top
+  // included). Idempotent: an item already copied up is only cleared below, so a resize
+  // interrupted by a crash resumes by calling this again.
+  void rehash_bottom(int threads) {
+    const uint32_t level = bottom_;
+    std::atomic<bool> unplaced{false};
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
+    for (uint64_t index = 0; index < format::level_buckets(level); ++index) {
+      std::byte* b = bucket(level, index);
+      for (int s = 0; s < S; ++s) {
+        SlotRef from{b, level, index, static_cast<uint32_t>(s)};
+        uint64_t state = Memory::load(state_word(from));
+        if (!format::is_published(state)) continue;
+        Probe item;
+        load_probe(from, state, item);
+        if (!copy_up(from, item)) {
+          unplaced.store(true);
+          continue;
+        }
+        uint64_t expected = state;
+        Memory::cas(state_word(from), expected, format::kSlotEmpty);
+        mem_.persist(state_word(from), 8);
+      }
+    }
+    if (unplaced.load())
+      throw Error(ErrorCode::kCorruptTable,
+                  "resize could not place every item of the bottom level; the pool stays in resize state "
+                  "and reopening it retries");
+  }
+
+  // Recovery: a slot left INSERTING was never published, so it is empty.
+  void clear_inserting(int threads) {
+    for_each_slot(threads, [&](const SlotRef& at) {
+      if (Memory::load(state_word(at)) == format::kSlotInserting) {
+        Memory::store(state_word(at), format::kSlotEmpty);
+        mem_.persist(state_word(at), 8);
+      }
+    });
+  }
+
+  // Recovery: finishes or undoes the move the maintenance record names.
+  void resolve_move_record() {
+    format::MaintenanceRecord* rec = meta_.pool().maintenance();
+    if (Memory::load(&rec->move_state) != format::kMoveInProgress) return;
+    format::SlotAddress from = format::unpack_slot_address(Memory::load(&rec->move_from));
+    format::SlotAddress to = format::unpack_slot_address(Memory::load(&rec->move_to));
+    for (format::SlotAddress a : {from, to})
+      if (a.level < bottom_ || a.level > highest_ || a.bucket >= format::level_buckets(a.level) || a.slot >= S)
+        throw Error(ErrorCode::kCorruptTable, "the maintenance record names a slot outside the table");
+    SlotRef f = ref(from), t = ref(to);
+    uint64_t fs = Memory::load(state_word(f)), ts = Memory::load(state_word(t));
+    if (format::is_published(fs) && fs == ts && same_key(f, t)) {
+      Memory::store(state_word(f), format::kSlotEmpty);  // the copy is complete: drop the original
+      mem_.persist(state_word(f), 8);
+    }
+    Memory::store(&rec->move_state, format::kMoveIdle);
+    mem_.persist(&rec->move_state, 8);
+  }
+
+  // Counts published slots and marks the heap cells they reference (one bit per cell). A
+  // reference outside the heap, or two slots sharing a cell, is corruption.
+  uint64_t count_and_mark_cells(int threads, std::vector<uint64_t>* used) {
+    if (has_heap_) used->assign((heap_cells_ + 63) / 64, 0);
+    std::atomic<uint64_t> items{0};
+    std::atomic<bool> bad{false};
+    for_each_bucket(threads, [&](std::byte* b, uint32_t level, uint64_t index) {
+      uint64_t local = 0;
+      for (int s = 0; s < S; ++s) {
+        SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+        if (!format::is_published(Memory::load(state_word(at)))) continue;
+        ++local;
+        if (!has_heap_) continue;
+        uint64_t cell = Memory::load(value_word(at));
+        if (cell >= heap_cells_) {
+          bad.store(true);
+          continue;
+        }
+        uint64_t bit = uint64_t{1} << (cell % 64);
+        if (__atomic_fetch_or(&(*used)[cell / 64], bit, __ATOMIC_RELAXED) & bit) bad.store(true);
+      }
+      items.fetch_add(local, std::memory_order_relaxed);
+    });
+    if (bad.load())
+      throw Error(ErrorCode::kCorruptTable,
+                  "a slot references a value cell outside the heap or shared with another slot; run `gphash check`");
+    return items.load();
+  }
+
+ private:
+  static constexpr int kMaxMatches = L * H * S;
+
+  struct Scan {
+    SlotRef match[kMaxMatches];
+    int matches = 0;
+    int valid = -1;  // the preferred copy among the matches
+    SlotRef free;    // first empty slot of the least-loaded candidate bucket
+    bool has_free = false;
+  };
+
+  std::byte* bucket(uint32_t level, uint64_t index) const { return levels_[level] + index * Layout::kBytes; }
+  SlotRef ref(format::SlotAddress a) const { return {bucket(a.level, a.bucket), a.level, a.bucket, a.slot}; }
+  static uint64_t* state_word(const SlotRef& r) {
+    return reinterpret_cast<uint64_t*>(r.bucket + Layout::kStateOffset) + r.slot;
+  }
+  static std::byte* key_bytes(const SlotRef& r) { return r.bucket + Layout::kKeyOffset + r.slot * KeyWidth; }
+  static uint64_t* value_word(const SlotRef& r) {
+    return reinterpret_cast<uint64_t*>(r.bucket + Layout::kValueOffset) + r.slot;
+  }
+  std::byte* cell_at(uint64_t cell) const {
+    uint32_t c = heap_.chunk_of(cell);
+    return chunk_[c] + (cell - heap_.chunk_begin(c)) * cell_size_;
+  }
+
+  // Two hash functions may name the same bucket at a level; it is scanned once.
+  static bool repeated_bucket(const Probe& p, uint32_t level, int j) {
+    for (int i = 0; i < j; ++i)
+      if (format::bucket_at(p.hash[i], level) == format::bucket_at(p.hash[j], level)) return true;
+    return false;
+  }
+
+  bool key_matches(const SlotRef& at, const Probe& p) const {
+    if constexpr (Layout::kKeyIsState) return true;  // the state word is the key
+    else return std::memcmp(key_bytes(at), p.key, KeyWidth) == 0;
+  }
+  bool same_key(const SlotRef& a, const SlotRef& b) const {
+    if constexpr (Layout::kKeyIsState) return true;
+    else return std::memcmp(key_bytes(a), key_bytes(b), KeyWidth) == 0;
+  }
+
+  // Reads all candidate buckets of p in levels [lo, hi], top level first, so ties in load go to
+  // higher levels (measured: a higher load factor before the first resize).
+  Scan scan(const Probe& p, uint32_t lo, uint32_t hi) const {
+    Scan r;
+    int best_load = S + 1;
+    for (uint32_t level = hi + 1; level-- > lo;)
+      for (int j = 0; j < H; ++j) {
+        if (repeated_bucket(p, level, j)) continue;
+        const uint64_t index = format::bucket_at(p.hash[j], level);
+        std::byte* b = bucket(level, index);
+        int load = 0, first_empty = -1;
+        for (int s = 0; s < S; ++s) {
+          SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+          uint64_t state = Memory::load(state_word(at));
+          if (state == format::kSlotEmpty) {
+            if (first_empty < 0) first_empty = s;
+            continue;
+          }
+          ++load;
+          if (state == p.published && key_matches(at, p)) {
+            r.match[r.matches] = at;
+            if (r.valid < 0 || format::preferred_copy(at.address(), r.match[r.valid].address())) r.valid = r.matches;
+            ++r.matches;
+          }
+        }
+        if (first_empty >= 0 && load < best_load) {
+          best_load = load;
+          r.free = SlotRef{b, level, index, static_cast<uint32_t>(first_empty)};
+          r.has_free = true;
+        }
+      }
+    return r;
+  }
+
+  // Keeps the preferred copy and empties the others. A duplicate left by an interrupted move
+  // shares its cell with the preferred copy, so only cells nobody else references are freed.
+  void remove_duplicates(const Scan& s, const Probe& p, int tid, int64_t& count_delta) {
+    const SlotRef& keep = s.match[s.valid];
+    const uint64_t keep_cell = has_heap_ ? Memory::load(value_word(keep)) : kNoCell;
+    for (int i = 0; i < s.matches; ++i) {
+      if (i == s.valid) continue;
+      const SlotRef& dup = s.match[i];
+      uint64_t expected = p.published;
+      if (!Memory::cas(state_word(dup), expected, format::kSlotEmpty)) continue;
+      mem_.persist(state_word(dup), 8);
+      if (has_heap_) {
+        uint64_t cell = Memory::load(value_word(dup));
+        if (cell != keep_cell) cells_.release(tid, cell);
+      }
+      --count_delta;
+    }
+  }
+
+  uint64_t inline_word(const std::byte* value) const {
+    uint64_t w = 0;
+    std::memcpy(&w, value, value_width_);
+    return w;
+  }
+
+  // A cell holding `value`, persisted before any slot can reference it.
+  uint64_t new_cell(const std::byte* value, int tid) {
+    uint64_t cell = cells_.allocate(tid);
+    if (cell == kNoCell) return kNoCell;
+    std::byte* dst = cell_at(cell);
+    Memory::copy(dst, value, value_width_);
+    mem_.persist(dst, value_width_);
+    return cell;
+  }
+
+  // Out-of-place update: the new value is durable before one CAS makes it the slot's value.
+  Outcome write_value(const SlotRef& at, const std::byte* value, int tid, uint64_t& cell) {
+    uint64_t* vw = value_word(at);
+    uint64_t desired;
+    if (has_heap_) {
+      if (cell == kNoCell && (cell = new_cell(value, tid)) == kNoCell) return Outcome::kNeedCell;
+      desired = cell;
+    } else {
+      desired = inline_word(value);
+    }
+    uint64_t old = Memory::load(vw);
+    while (!Memory::cas(vw, old, desired)) {
+    }
+    mem_.persist(vw, 8);
+    if (has_heap_) {
+      cells_.release(tid, old);
+      cell = kNoCell;
+    }
+    return Outcome::kOk;
+  }
+
+  void read_value(const SlotRef& at, std::byte* out) const {
+    uint64_t w = Memory::load(value_word(at));
+    if (has_heap_)
+      std::memcpy(out, cell_at(w), value_width_);
+    else
+      std::memcpy(out, &w, value_width_);
+  }
+
+  // Fills a claimed (INSERTING) slot and publishes it: key and value word are durable before the
+  // state word says the slot holds them.
+  void link(const SlotRef& at, const Probe& p, uint64_t value_word_bits) {
+    if constexpr (!Layout::kKeyIsState) {
+      Memory::copy(key_bytes(at), p.key, KeyWidth);
+      mem_.persist(key_bytes(at), KeyWidth);
+    }
+    Memory::store(value_word(at), value_word_bits);
+    mem_.persist(value_word(at), 8);
+    Memory::store(state_word(at), p.published);
+    mem_.persist(state_word(at), 8);
+  }
+
+  void load_probe(const SlotRef& at, uint64_t state, Probe& p) const {
+    if constexpr (Layout::kKeyIsState) {
+      uint64_t key = format::decode_key_word(state);
+      prepare(p, &key);
+    } else {
+      uint64_t key[kKeyWords];
+      std::memcpy(key, key_bytes(at), KeyWidth);
+      prepare(p, key);
+    }
+  }
+
+  // Resize helper: puts `item` into the levels above the bottom unless a copy is already there.
+  bool copy_up(const SlotRef& from, const Probe& item) {
+    for (;;) {
+      Scan s = scan(item, bottom_ + 1, highest_);
+      if (s.matches > 0) return true;  // copied by an interrupted earlier attempt
+      if (!s.has_free) return false;
+      uint64_t expected = format::kSlotEmpty;
+      if (!Memory::cas(state_word(s.free), expected, format::kSlotInserting)) continue;
+      link(s.free, item, Memory::load(value_word(from)));
+      return true;
+    }
+  }
+
+  void move(const SlotRef& from, const SlotRef& to, const Probe& item) {
+    format::MaintenanceRecord* rec = meta_.pool().maintenance();
+    Memory::store(&rec->move_from, format::pack(from.address()));
+    Memory::store(&rec->move_to, format::pack(to.address()));
+    mem_.persist(rec, sizeof *rec);
+    Memory::store(&rec->move_state, format::kMoveInProgress);
+    mem_.persist(&rec->move_state, 8);
+    uint64_t expected = format::kSlotEmpty;
+    if (!Memory::cas(state_word(to), expected, format::kSlotInserting))
+      throw Error(ErrorCode::kCorruptTable, "a displacement target changed during an exclusive move");
+    link(to, item, Memory::load(value_word(from)));
+    expected = item.published;
+    Memory::cas(state_word(from), expected, format::kSlotEmpty);
+    mem_.persist(state_word(from), 8);
+    Memory::store(&rec->move_state, format::kMoveIdle);
+    mem_.persist(&rec->move_state, 8);
+  }
+
+  template <class F>
+  void for_each_bucket(int threads, F&& f) {
+    for (uint32_t level = bottom_; level <= highest_; ++level) {
+      const uint64_t n = format::level_buckets(level);
+#pragma omp parallel for num_threads(threads) schedule(static, 4096)
+      for (uint64_t index = 0; index < n; ++index) f(bucket(level, index), level, index);
+    }
+  }
+  template <class F>
+  void for_each_slot(int threads, F&& f) {
+    for_each_bucket(threads, [&](std::byte* b, uint32_t level, uint64_t index) {
+      for (int s = 0; s < S; ++s) f(SlotRef{b, level, index, static_cast<uint32_t>(s)});
+    });
+  }
+
+  TableMeta& meta_;
+  Memory mem_;
+  CellAllocator& cells_;
+  uint64_t seed_[H] = {};
+  uint32_t bottom_ = 0, top_ = 0, highest_ = 0;
+  std::byte* levels_[format::kMaxLevel + 1] = {};
+  uint32_t value_width_ = 0;
+  bool has_heap_ = false;
+  uint32_t cell_size_ = 0;
+  format::HeapGeometry heap_{};
+  uint64_t heap_cells_ = 0;
+  std::byte* chunk_[format::kMaxHeapChunks] = {};
+};
+
+}  // namespace gphash::engine::cpu

@@ -1,0 +1,34 @@
+// The interface the facade (gphash::Table) drives. Engines share the on-pool format and the
+// batch semantics stated in gphash/ops.h; they differ in where the work runs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gphash/ops.h"
+
+namespace gphash::engine {
+
+struct EngineStats {
+  uint64_t resizes = 0;        // new levels added in this session
+  uint64_t displacements = 0;  // items moved to make room for an insert
+  uint64_t heap_grows = 0;     // heap chunks added in this session
+  bool recovered = false;      // the pool was not shut down cleanly and recovery ran at open
+  double open_seconds = 0;     // time to open (recovery included)
+  double last_resize_seconds = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Runs a batch whose widths and arrays the facade has checked. Mutating batches are not run
+  // concurrently with any other batch (the facade serialises them).
+  virtual void execute(const Batch& batch) = 0;
+  virtual uint64_t item_count() const = 0;
+  virtual EngineStats stats() const = 0;
+  virtual std::string name() const = 0;
+  // Clean shutdown: makes everything durable and marks the pool clean. Idempotent.
+  virtual void close() = 0;
+};
+
+}  // namespace gphash::engine

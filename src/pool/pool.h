@@ -1,0 +1,118 @@
+// A pool: one file (or anonymous memory) mapped at a fixed virtual range that never moves, so
+// offsets in the format resolve to base() + offset for the whole life of a Pool, also while it
+// grows. Kernels use the same addresses once the GPU engine registers the extents.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "format/header.h"
+
+namespace gphash::pool {
+
+enum class PoolKind {
+  kShm,        // a file in /dev/shm or another tmpfs: survives the process, not a reboot
+  kHugetlbfs,  // a file on hugetlbfs: like kShm, with huge pages
+  kFile,       // a regular file (ext4, ...): durable at sync(); the GPU cannot map it
+  kMemory,     // anonymous memory (memfd): for tests; gone with the process
+};
+const char* to_string(PoolKind kind);
+
+// What makes a store durable, following DESIGN.md section 3.
+enum class PersistMode {
+  kOrdered,  // shared memory: an executed store survives the process; persist() only orders
+  kFlush,    // persistent memory (device-DAX, CXL): cache-line write-back plus a store fence
+  kMsync,    // regular file: msync at sync() points
+};
+
+// Where a pool lives. "NAME" (no '/') means /dev/shm/NAME; "mem:" means anonymous memory;
+// anything else is a path whose file system decides the kind.
+struct Location {
+  PoolKind kind;
+  std::string path;  // empty for kMemory
+};
+Location resolve_location(const std::string& spec);
+
+struct CreateOptions {
+  uint64_t max_size = 0;       // 0: no limit but the file system's
+  uint32_t extent_align_log2 = 0;  // 0: 4 KiB, or the huge page size on hugetlbfs
+  bool replace = false;        // replace an existing file at the path
+};
+
+struct OpenOptions {
+  bool read_only = false;
+  uint64_t max_size = 0;
+  bool force_flush = false;  // use PersistMode::kFlush on any memory (tests the persistent-memory path)
+};
+
+class Pool {
+ public:
+  // Creates an empty pool (prefix only, no header yet) under a temporary name; publish() makes it
+  // visible at its path once the caller has written a valid header, so no reader ever sees a
+  // half-made pool.
+  static std::unique_ptr<Pool> create(const std::string& spec, const CreateOptions& options);
+  // Opens an existing pool: checks the file size and both header copies before touching a page.
+  static std::unique_ptr<Pool> open(const std::string& spec, const OpenOptions& options);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  void publish();
+
+  std::byte* base() const { return base_; }
+  template <class T>
+  T* at(uint64_t offset) const { return reinterpret_cast<T*>(base_ + offset); }
+  uint64_t file_size() const { return file_size_; }
+  PoolKind kind() const { return kind_; }
+  PersistMode persist_mode() const { return persist_mode_; }
+  const std::string& path() const { return path_; }
+  bool read_only() const { return read_only_; }
+  bool gpu_mappable() const { return kind_ != PoolKind::kFile; }
+  // Which header copy (0 or 1) the pool was opened from, and whether the other one was invalid.
+  int header_copy() const { return current_copy_; }
+  bool other_copy_invalid() const { return other_copy_invalid_; }
+
+  // The current header (a private copy; change it through write_header()).
+  const format::PoolHeader& header() const { return header_; }
+  // Persists a new header: bumps the generation, seals it and writes the copy holding the older
+  // generation, then persists it. `h` becomes the current header.
+  void write_header(format::PoolHeader h);
+  // For create: writes both copies.
+  void write_initial_header(format::PoolHeader h);
+
+  // Appends a zero-filled, mapped extent of `bytes` and records it in h.pool_used / h.pool_size
+  // (the caller persists the header afterwards). Throws kNoSpace when the pool cannot grow.
+  uint64_t allocate_extent(format::PoolHeader& h, uint64_t bytes);
+  // Returns an extent's memory to the file system (its offsets stay reserved).
+  void release_extent(uint64_t offset, uint64_t bytes);
+
+  format::MaintenanceRecord* maintenance() const { return at<format::MaintenanceRecord>(format::kMaintenanceOffset); }
+
+  // Makes [p, p+n) durable per persist_mode() (kMsync defers to sync()).
+  void persist(const void* p, size_t n) const;
+  // The durability point of a batch: a store fence, plus msync for file pools.
+  void sync() const;
+
+ private:
+  Pool() = default;
+  void map_file(uint64_t reserve_bytes);
+  void grow_file(uint64_t new_size);
+
+  int fd_ = -1;
+  std::string path_;
+  std::string temp_path_;  // set between create() and publish()
+  PoolKind kind_ = PoolKind::kShm;
+  PersistMode persist_mode_ = PersistMode::kOrdered;
+  bool read_only_ = false;
+  std::byte* base_ = nullptr;
+  uint64_t reserved_ = 0;   // bytes of address space reserved at base_
+  uint64_t file_size_ = 0;  // bytes mapped (= the file's size)
+  uint64_t max_size_ = 0;
+  format::PoolHeader header_{};
+  int current_copy_ = 0;
+  bool other_copy_invalid_ = false;
+};
+
+}  // namespace gphash::pool

@@ -1,0 +1,191 @@
+#include "gphash/table.h"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <mutex>
+#include <shared_mutex>
+
+#include "engines/common/checker.h"
+#include "engines/common/table_meta.h"
+#include "engines/cpu/cpu_engine.h"
+#include "engines/engine.h"
+#include "format/header.h"
+#include "pool/pool.h"
+#if GPHASH_HAVE_CUDA
+#include "engines/gpu/gpu_engine.h"
+#endif
+
+namespace gphash {
+
+struct Table::Impl {
+  std::unique_ptr<pool::Pool> pool;
+  std::unique_ptr<engine::Engine> engine;
+  OpenOptions options;
+  // Writing batches run alone; searching batches may share the table.
+  mutable std::shared_mutex batches;
+};
+
+namespace {
+
+std::unique_ptr<engine::Engine> make_engine(pool::Pool& pool, const OpenOptions& options) {
+  if (options.engine == EngineKind::kCpu) return engine::make_cpu_engine(pool, options);
+#if GPHASH_HAVE_CUDA
+  return engine::make_gpu_engine(pool, options);
+#else
+  throw Error(ErrorCode::kNoGpu, "this build of gphash has no GPU engine (built without CUDA); use the CPU engine");
+#endif
+}
+
+bool needs_value(Op op) { return op == Op::kInsert || op == Op::kUpsert || op == Op::kUpdate; }
+
+}  // namespace
+
+Table::Table(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Table::Table(Table&&) noexcept = default;
+Table& Table::operator=(Table&&) noexcept = default;
+Table::~Table() {
+  if (impl_ && impl_->engine) {
+    try {
+      impl_->engine->close();
+    } catch (...) {
+      // The pool stays marked dirty; the next open recovers it.
+    }
+  }
+}
+
+Table Table::create(const std::string& pool_spec, const TableConfig& config, const OpenOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace});
+  engine::TableMeta::initialize(*impl->pool, config);
+  impl->pool->publish();
+  impl->engine = make_engine(*impl->pool, options);
+  return Table(std::move(impl));
+}
+
+Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->pool = pool::Pool::open(pool_spec, {options.read_only, options.max_pool_bytes, options.force_flush});
+  impl->engine = make_engine(*impl->pool, options);
+  return Table(std::move(impl));
+}
+
+void Table::execute(const Batch& b) {
+  const format::PoolHeader& h = impl_->pool->header();
+  if (b.size == 0) return;
+  if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
+  if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
+  if (b.key_width != h.key_width)
+    throw Error(ErrorCode::kKeyWidthMismatch,
+                fmt::format("key width mismatch: pool has {}, batch gives {}", h.key_width, b.key_width), "key_width");
+  bool writes = false, values_needed = false;
+  for (size_t i = 0; i < b.size; ++i) {
+    const Op op = b.ops ? b.ops[i] : b.op;
+    if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
+    writes |= op != Op::kSearch;
+    values_needed |= needs_value(op);
+    if (!b.ops) break;  // one op for all entries
+  }
+  if (values_needed && !b.values)
+    throw Error(ErrorCode::kInvalidArgument, "malformed batch: insert, upsert and update need values");
+  if ((values_needed || b.values_out) && b.value_width != h.value_width)
+    throw Error(ErrorCode::kValueWidthMismatch,
+                fmt::format("value width mismatch: pool has {}, batch gives {}", h.value_width, b.value_width),
+                "value_width");
+  if (writes && impl_->pool->read_only())
+    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", impl_->pool->path()));
+  if (b.memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
+    throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
+  if (writes) {
+    std::unique_lock lock(impl_->batches);
+    impl_->engine->execute(b);
+  } else {
+    std::shared_lock lock(impl_->batches);
+    impl_->engine->execute(b);
+  }
+}
+
+uint32_t Table::key_width() const { return impl_->pool->header().key_width; }
+uint32_t Table::value_width() const { return impl_->pool->header().value_width; }
+uint64_t Table::size() const { return impl_->engine->item_count(); }
+
+TableInfo Table::info() const {
+  std::shared_lock lock(impl_->batches);
+  const format::PoolHeader& h = impl_->pool->header();
+  engine::EngineStats s = impl_->engine->stats();
+  TableInfo i;
+  i.path = impl_->pool->path();
+  i.pool_kind = pool::to_string(impl_->pool->kind());
+  i.engine = impl_->engine->name();
+  i.key_width = h.key_width;
+  i.value_width = h.value_width;
+  i.shape = format::shape_of(h);
+  i.hash_seed = h.hash_seed;
+  i.items = impl_->engine->item_count();
+  i.slots = format::slot_capacity(h);
+  i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
+  i.bottom_level = h.bottom_level;
+  i.top_level = format::top_level(h);
+  i.pool_bytes = impl_->pool->file_size();
+  i.heap_cells = format::heap_cell_capacity(h);
+  i.cell_size = h.cell_size;
+  i.recovered = s.recovered;
+  i.open_seconds = s.open_seconds;
+  i.resizes = s.resizes;
+  i.displacements = s.displacements;
+  i.heap_grows = s.heap_grows;
+  i.last_resize_seconds = s.last_resize_seconds;
+  return i;
+}
+
+CheckResult Table::check(int threads) const {
+  std::unique_lock lock(impl_->batches);
+  if (threads <= 0) threads = std::max(1, omp_get_max_threads());
+  engine::CheckReport r = engine::check_table(*impl_->pool, threads, impl_->engine->item_count());
+  return {r.ok, r.violation, r.items};
+}
+
+void Table::close() {
+  std::unique_lock lock(impl_->batches);
+  impl_->engine->close();
+}
+
+std::string to_string(TableShape s) { return fmt::format("{}L-{}H-{}S", s.levels, s.hashes, s.slots); }
+
+TableShape parse_shape(const std::string& text) {
+  unsigned l = 0, h = 0, s = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%uL-%uH-%uS%c", &l, &h, &s, &tail) != 3 || l > 255 || h > 255 || s > 255)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot read shape '{}': write it like 2L-2H-8S (levels, hashes, slots)", text), "shape");
+  return {static_cast<uint8_t>(l), static_cast<uint8_t>(h), static_cast<uint8_t>(s)};
+}
+
+const char* to_string(Op op) noexcept {
+  switch (op) {
+    case Op::kSearch: return "search";
+    case Op::kInsert: return "insert";
+    case Op::kUpsert: return "upsert";
+    case Op::kUpdate: return "update";
+    case Op::kErase: return "erase";
+  }
+  return "?";
+}
+
+const char* to_string(OpStatus s) noexcept {
+  switch (s) {
+    case OpStatus::kOk: return "ok";
+    case OpStatus::kNotFound: return "not found";
+    case OpStatus::kExists: return "exists";
+    case OpStatus::kHeapFull: return "heap full";
+    case OpStatus::kTableFull: return "table full";
+    case OpStatus::kReservedKey: return "reserved key";
+  }
+  return "?";
+}
+
+}  // namespace gphash
