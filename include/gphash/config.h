@@ -45,6 +45,10 @@ struct OpenOptions {
   int threads = 0;              // CPU engine worker threads; 0 = all hardware threads
   bool read_only = false;       // searches only; the pool is opened shared
   bool auto_resize = true;      // grow the table when an insert finds no free slot
+  // Up to this load factor an insert that finds no free slot first tries to move one item aside
+  // (displacement); past it, the table resizes at once. Displacement is exclusive work, so this
+  // bounds how much of it a nearly full table does.
+  double max_load_factor = 0.95;
   uint64_t max_pool_bytes = 0;  // 0: limited by the file system only
   bool replace = false;         // create: replace an existing pool at the path
   // Use cache-line flushes as the persist barrier even on shared memory: exercises the code

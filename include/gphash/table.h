@@ -42,6 +42,12 @@ struct TableInfo {
   uint64_t displacements = 0;
   uint64_t heap_grows = 0;
   double last_resize_seconds = 0;
+  // From the header (also filled by inspect()).
+  bool clean_shutdown = true;
+  bool resizing = false;  // a resize was interrupted and has not been finished yet
+  uint64_t generation = 0;
+  std::string format_version;
+  std::string uuid;
 };
 
 struct CheckResult {
@@ -64,6 +70,10 @@ class Table {
   // Runs a batch (semantics in gphash/ops.h). Throws gphash::Error for a malformed batch (wrong
   // key or value width, missing arrays, unknown op) before touching the table.
   void execute(const Batch& batch);
+
+  // Reads a pool's header without opening an engine or running recovery (for `gphash info`).
+  // items and load_factor are exact only if the pool was shut down cleanly.
+  static TableInfo inspect(const std::string& pool);
 
   uint32_t key_width() const;
   uint32_t value_width() const;

@@ -113,26 +113,47 @@ uint32_t Table::key_width() const { return impl_->pool->header().key_width; }
 uint32_t Table::value_width() const { return impl_->pool->header().value_width; }
 uint64_t Table::size() const { return impl_->engine->item_count(); }
 
-TableInfo Table::info() const {
-  std::shared_lock lock(impl_->batches);
-  const format::PoolHeader& h = impl_->pool->header();
-  engine::EngineStats s = impl_->engine->stats();
+namespace {
+
+TableInfo info_from_header(const pool::Pool& pool) {
+  const format::PoolHeader& h = pool.header();
   TableInfo i;
-  i.path = impl_->pool->path();
-  i.pool_kind = pool::to_string(impl_->pool->kind());
-  i.engine = impl_->engine->name();
+  i.path = pool.path();
+  i.pool_kind = pool::to_string(pool.kind());
   i.key_width = h.key_width;
   i.value_width = h.value_width;
   i.shape = format::shape_of(h);
   i.hash_seed = h.hash_seed;
-  i.items = impl_->engine->item_count();
+  i.items = h.item_count;
   i.slots = format::slot_capacity(h);
   i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
   i.bottom_level = h.bottom_level;
   i.top_level = format::top_level(h);
-  i.pool_bytes = impl_->pool->file_size();
+  i.pool_bytes = pool.file_size();
   i.heap_cells = format::heap_cell_capacity(h);
   i.cell_size = h.cell_size;
+  i.clean_shutdown = h.clean_shutdown != 0;
+  i.resizing = h.resize_state != format::kResizeNone;
+  i.generation = h.generation;
+  i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
+  for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
+  return i;
+}
+
+}  // namespace
+
+TableInfo Table::inspect(const std::string& pool_spec) {
+  auto pool = pool::Pool::open(pool_spec, {true, 0, false});
+  return info_from_header(*pool);
+}
+
+TableInfo Table::info() const {
+  std::shared_lock lock(impl_->batches);
+  engine::EngineStats s = impl_->engine->stats();
+  TableInfo i = info_from_header(*impl_->pool);
+  i.engine = impl_->engine->name();
+  i.items = impl_->engine->item_count();
+  i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
   i.recovered = s.recovered;
   i.open_seconds = s.open_seconds;
   i.resizes = s.resizes;

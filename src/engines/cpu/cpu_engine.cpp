@@ -47,6 +47,7 @@ class CpuEngine final : public Engine {
         meta_(pool),
         threads_(options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads())),
         auto_resize_(options.auto_resize),
+        max_load_factor_(options.max_load_factor),
         table_(meta_, cpu::DirectMemory(&pool), cells_) {
     const auto t0 = std::chrono::steady_clock::now();
     const bool dirty = meta_.header().clean_shutdown == 0;
@@ -112,7 +113,7 @@ class CpuEngine final : public Engine {
       for (int t = 0; t < threads; ++t) {
         if (next[t] == end[t]) continue;
         any_stopped = true;
-        resolve_slow_path(batch, op_index(order, next[t]), deltas[0].value);
+        resolve_slow_path(batch, op_index(order, next[t]), deltas);
         ++next[t];
       }
       if (!any_stopped) break;
@@ -196,7 +197,8 @@ class CpuEngine final : public Engine {
   // Runs one operation that found no free slot or no free cell, alone: reclaims cached cells,
   // grows the heap, displaces an item or resizes, and retries until it completes or the pool
   // cannot grow (then it fails with kHeapFull / kTableFull and changes nothing).
-  void resolve_slow_path(const Batch& b, size_t i, int64_t& delta) {
+  void resolve_slow_path(const Batch& b, size_t i, std::vector<Padded>& deltas) {
+    int64_t& delta = deltas[0].value;
     Probe p;
     table_.prepare(p, key_of(b, i));
     bool reclaimed = false;
@@ -221,7 +223,10 @@ class CpuEngine final : public Engine {
         continue;
       }
       if (o == Outcome::kNeedSlot) {
-        if (table_.displace_for(p)) {
+        int64_t items = static_cast<int64_t>(items_);
+        for (const Padded& d : deltas) items += d.value;
+        const double load = static_cast<double>(items) / static_cast<double>(meta_.slot_capacity());
+        if ((load < max_load_factor_ || !auto_resize_) && table_.displace_for(p)) {
           ++stats_.displacements;
           continue;
         }
@@ -269,6 +274,7 @@ class CpuEngine final : public Engine {
   cpu::CellAllocator cells_;
   int threads_;
   bool auto_resize_;
+  double max_load_factor_;
   Table table_;
   uint64_t items_ = 0;
   EngineStats stats_;

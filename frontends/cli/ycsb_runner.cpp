@@ -1,0 +1,98 @@
+#include "ycsb_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "workload/records.h"
+
+namespace gphash::cli {
+
+double RunResult::batch_percentile(double q) const {
+  if (batch_seconds.empty()) return 0;
+  std::vector<double> v = batch_seconds;
+  size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return v[k];
+}
+
+RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const RunOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const auto wall0 = Clock::now();
+  const uint32_t kw = table.key_width(), vw = table.value_width();
+  workload::WorkloadGenerator gen(spec);
+  RunResult r;
+  r.workload = std::string(workload::name(spec.workload));
+  r.distribution = spec.workload == workload::Workload::Load ? "-" : std::string(workload::name(gen.distribution()));
+  const uint64_t resizes_before = table.info().resizes;
+
+  std::vector<workload::Op> wops(options.batch_size);
+  // A read-modify-write becomes two table operations, so a batch holds up to twice as many.
+  std::vector<Op> ops(2 * options.batch_size);
+  std::vector<uint64_t> records(2 * options.batch_size);
+  std::vector<std::byte> keys(2 * options.batch_size * kw), values(2 * options.batch_size * vw),
+      out(2 * options.batch_size * vw);
+  std::vector<OpStatus> status(2 * options.batch_size);
+  uint64_t version = spec.workload == workload::Workload::Load ? 0 : 1 + spec.seed * (uint64_t{1} << 40);
+
+  for (;;) {
+    const size_t got = gen.next(wops);
+    if (got == 0) break;
+    size_t n = 0;
+    auto add = [&](Op op, uint64_t record) {
+      ops[n] = op;
+      records[n] = record;
+      workload::make_key(record, kw, &keys[n * kw]);
+      if (op != Op::kSearch) workload::make_value(record, version++, vw, &values[n * vw]);
+      ++n;
+    };
+    for (size_t i = 0; i < got; ++i) {
+      const workload::Op& w = wops[i];
+      switch (w.type) {
+        case workload::OpType::Read: add(Op::kSearch, w.record); break;
+        case workload::OpType::Update: add(Op::kUpdate, w.record); break;
+        case workload::OpType::Insert: add(Op::kInsert, w.record); break;
+        case workload::OpType::ReadModifyWrite:
+          add(Op::kSearch, w.record);
+          add(Op::kUpdate, w.record);
+          break;
+      }
+    }
+    Batch b;
+    b.size = n;
+    b.key_width = kw;
+    b.value_width = vw;
+    b.ops = ops.data();
+    b.keys = keys.data();
+    b.values = values.data();
+    b.values_out = out.data();
+    b.status = status.data();
+    const auto t0 = Clock::now();
+    table.execute(b);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.seconds += dt;
+    r.batch_seconds.push_back(dt);
+    r.operations += got;
+    r.table_ops += n;
+    for (size_t i = 0; i < n; ++i) {
+      if (ops[i] == Op::kSearch) {
+        if (status[i] != OpStatus::kOk) {
+          ++r.not_found;
+        } else if (options.verify_values && !workload::check_value(records[i], &out[i * vw], vw, nullptr)) {
+          ++r.bad_values;
+        }
+      } else if (status[i] != OpStatus::kOk) {
+        ++r.failed_writes;
+      }
+    }
+    if (options.progress) options.progress(gen.operations_generated(), gen.operations_total());
+  }
+  TableInfo info = table.info();
+  r.items_after = info.items;
+  r.load_factor_after = info.load_factor;
+  r.resizes = info.resizes - resizes_before;
+  r.wall_seconds = std::chrono::duration<double>(Clock::now() - wall0).count();
+  return r;
+}
+
+}  // namespace gphash::cli

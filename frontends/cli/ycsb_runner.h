@@ -1,0 +1,42 @@
+// Runs a YCSB workload stream against a Table in batches and measures it. Shared by the CLI's
+// load, run and bench commands.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gphash/table.h"
+#include "workload/ycsb.h"
+
+namespace gphash::cli {
+
+struct RunOptions {
+  size_t batch_size = 1 << 16;
+  bool verify_values = true;  // check every found value's self-check (records.h)
+  std::function<void(uint64_t done, uint64_t total)> progress;
+};
+
+struct RunResult {
+  std::string workload;
+  std::string distribution;
+  uint64_t operations = 0;  // YCSB operations (a read-modify-write counts once)
+  uint64_t table_ops = 0;   // table operations (a read-modify-write is a search and an update)
+  double seconds = 0;       // time inside Table::execute, summed over batches
+  double wall_seconds = 0;  // including generating keys and values
+  std::vector<double> batch_seconds;
+  uint64_t not_found = 0;      // searches of records that exist but were not found
+  uint64_t bad_values = 0;     // found values that fail their self-check
+  uint64_t failed_writes = 0;  // inserts and updates that did not return kOk
+  uint64_t items_after = 0;
+  double load_factor_after = 0;
+  uint64_t resizes = 0;
+
+  double ops_per_second() const { return seconds > 0 ? static_cast<double>(operations) / seconds : 0; }
+  double batch_percentile(double q) const;
+};
+
+RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const RunOptions& options);
+
+}  // namespace gphash::cli
