@@ -88,8 +88,9 @@ TEST_P(PropertyTest, MatchesSequentialModelAcrossResizesAndReopens) {
         expected = model.apply(ops[i], key, value, &found);
       }
       ASSERT_EQ(status[i], expected) << "round " << round << " index " << i << " op " << to_string(ops[i]);
-      if (ops[i] == Op::kSearch && expected == OpStatus::kOk)
+      if (ops[i] == Op::kSearch && expected == OpStatus::kOk) {
         ASSERT_EQ(std::string(out.data() + i * c.value_width, c.value_width), found) << "round " << round << " index " << i;
+      }
     }
     ASSERT_EQ(table->size(), model.size()) << "round " << round;
     resizes_seen += table->info().resizes;

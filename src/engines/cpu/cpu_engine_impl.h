@@ -1,0 +1,287 @@
+// The CPU engine's batch driver: shards a batch by key across threads, runs each shard in batch
+// order, and resolves the exclusive slow paths (heap growth, displacement, resize) one
+// operation at a time. Recovery runs in the constructor.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "engines/common/table_meta.h"
+#include "engines/cpu/cpu_table.h"
+#include "engines/engine.h"
+#include "gphash/config.h"
+#include "gphash/error.h"
+
+namespace gphash::engine::cpu {
+
+inline OpStatus to_status(Outcome o) {
+  switch (o) {
+    case Outcome::kOk: return OpStatus::kOk;
+    case Outcome::kNotFound: return OpStatus::kNotFound;
+    case Outcome::kExists: return OpStatus::kExists;
+    case Outcome::kReservedKey: return OpStatus::kReservedKey;
+    default: break;
+  }
+  return OpStatus::kTableFull;  // slow-path outcomes never reach a caller unresolved
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Per-thread counters on their own cache lines.
+struct alignas(64) Padded {
+  int64_t value = 0;
+};
+
+// The batch driver. Memory is the pool-access seam (memory.h); tests instantiate it with a
+// recording implementation.
+template <class ShapeT, int KeyWidth, class Memory = DirectMemory>
+class CpuEngine final : public Engine {
+  using Table = CpuTable<ShapeT, KeyWidth, Memory>;
+  using Probe = typename Table::Probe;
+
+ public:
+  CpuEngine(pool::Pool& pool, const OpenOptions& options)
+      : pool_(pool),
+        meta_(pool),
+        threads_(options.threads > 0 ? options.threads : std::max(1, omp_get_max_threads())),
+        auto_resize_(options.auto_resize),
+        max_load_factor_(options.max_load_factor),
+        table_(meta_, Memory(&pool), cells_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool dirty = meta_.header().clean_shutdown == 0;
+    if (dirty && pool.read_only())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
+    if (dirty) recover();
+    if (!pool.read_only()) meta_.mark_open_dirty();
+    if (dirty || meta_.has_heap()) {
+      std::vector<uint64_t> used;
+      items_ = table_.count_and_mark_cells(threads_, &used);
+      if (meta_.has_heap()) cells_.reset(meta_.heap_cells(), used, threads_);
+    } else {
+      items_ = meta_.header().item_count;
+    }
+    stats_.recovered = dirty;
+    stats_.open_seconds = seconds_since(t0);
+  }
+
+  ~CpuEngine() override {
+    try {
+      close();
+    } catch (...) {
+      // A destructor cannot report; the pool stays marked dirty and the next open recovers it.
+    }
+  }
+
+  std::string name() const override { return "cpu"; }
+  uint64_t item_count() const override { return items_; }
+  EngineStats stats() const override { return stats_; }
+
+  void close() override {
+    if (closed_ || pool_.read_only()) return;
+    pool_.sync();
+    meta_.mark_clean(items_);
+    closed_ = true;
+  }
+
+  void execute(const Batch& batch) override {
+    const size_t n = batch.size;
+    if (n == 0) return;
+    const int threads = static_cast<int>(std::min<size_t>(threads_, (n + kMinOpsPerThread - 1) / kMinOpsPerThread));
+    // Shard by key so all operations on one key run on one thread, in batch order.
+    std::vector<uint32_t> order;
+    std::vector<size_t> next(threads + 1, 0), end(threads + 1, 0);
+    if (threads == 1) {
+      end[0] = n;
+    } else {
+      shard(batch, threads, order, next, end);
+    }
+    std::vector<Padded> deltas(threads_);
+    std::vector<Outcome> stopped(threads, Outcome::kOk);
+    bool writes = false;
+    for (;;) {
+      bool any_stopped = false;
+      auto run = [&](int t) { next[t] = run_range(batch, order, next[t], end[t], t, deltas[t].value, stopped[t]); };
+      if (threads == 1) {
+        run(0);
+      } else {
+#pragma omp parallel num_threads(threads)
+        run(omp_get_thread_num());
+      }
+      for (int t = 0; t < threads; ++t) {
+        if (next[t] == end[t]) continue;
+        any_stopped = true;
+        resolve_slow_path(batch, op_index(order, next[t]), deltas);
+        ++next[t];
+      }
+      if (!any_stopped) break;
+    }
+    int64_t delta = 0;
+    for (const Padded& d : deltas) delta += d.value;
+    items_ = static_cast<uint64_t>(static_cast<int64_t>(items_) + delta);
+    for (size_t i = 0; i < n && !writes; ++i) writes = op_of(batch, i) != Op::kSearch;
+    if (writes) pool_.sync();  // the durability point: the batch is acknowledged after this
+  }
+
+ private:
+  static constexpr size_t kMinOpsPerThread = 256;
+  static constexpr size_t kPrefetchDistance = 8;
+
+  static Op op_of(const Batch& b, size_t i) { return b.ops ? b.ops[i] : b.op; }
+  static size_t op_index(const std::vector<uint32_t>& order, size_t k) { return order.empty() ? k : order[k]; }
+  static const std::byte* key_of(const Batch& b, size_t i) {
+    return static_cast<const std::byte*>(b.keys) + i * b.key_width;
+  }
+  static const std::byte* value_in(const Batch& b, size_t i) {
+    return b.values ? static_cast<const std::byte*>(b.values) + i * b.value_width : nullptr;
+  }
+  static std::byte* value_out(const Batch& b, size_t i) {
+    return b.values_out ? static_cast<std::byte*>(b.values_out) + i * b.value_width : nullptr;
+  }
+
+  // Counting sort of operation indices by the top bits of the key's first hash.
+  void shard(const Batch& b, int threads, std::vector<uint32_t>& order, std::vector<size_t>& next,
+             std::vector<size_t>& end) const {
+    const size_t n = b.size;
+    std::vector<uint8_t> owner(n);
+    std::vector<std::vector<size_t>> counts(threads, std::vector<size_t>(threads, 0));
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num();
+      Probe p;
+#pragma omp for schedule(static)
+      for (size_t i = 0; i < n; ++i) {
+        table_.prepare(p, key_of(b, i));
+        owner[i] = static_cast<uint8_t>(((p.hash[0] >> 32) * static_cast<uint64_t>(threads)) >> 32);
+        ++counts[t][owner[i]];
+      }
+    }
+    size_t pos = 0;
+    for (int s = 0; s < threads; ++s) {
+      next[s] = pos;
+      for (int t = 0; t < threads; ++t) pos += counts[t][s];
+      end[s] = pos;
+    }
+    order.resize(n);
+    std::vector<size_t> fill(next.begin(), next.end());
+    for (size_t i = 0; i < n; ++i) order[fill[owner[i]]++] = static_cast<uint32_t>(i);
+  }
+
+  // Runs operations order[begin..end) of one shard; stops at one that needs the exclusive slow
+  // path and returns its position (end when all ran).
+  size_t run_range(const Batch& b, const std::vector<uint32_t>& order, size_t begin, size_t end, int tid,
+                   int64_t& delta, Outcome& stop) {
+    Probe ring[kPrefetchDistance];
+    const size_t count = end - begin;
+    auto stage = [&](size_t k) {
+      Probe& p = ring[k % kPrefetchDistance];
+      table_.prepare(p, key_of(b, op_index(order, begin + k)));
+      table_.prefetch(p);
+    };
+    for (size_t k = 0; k < std::min(count, kPrefetchDistance); ++k) stage(k);
+    for (size_t k = 0; k < count; ++k) {
+      const size_t i = op_index(order, begin + k);
+      Outcome o = table_.apply(op_of(b, i), ring[k % kPrefetchDistance], value_in(b, i), value_out(b, i), tid, delta);
+      if (o == Outcome::kNeedSlot || o == Outcome::kNeedCell) {
+        stop = o;
+        return begin + k;
+      }
+      b.status[i] = to_status(o);
+      if (k + kPrefetchDistance < count) stage(k + kPrefetchDistance);
+    }
+    return end;
+  }
+
+  // Runs one operation that found no free slot or no free cell, alone: reclaims cached cells,
+  // grows the heap, displaces an item or resizes, and retries until it completes or the pool
+  // cannot grow (then it fails with kHeapFull / kTableFull and changes nothing).
+  void resolve_slow_path(const Batch& b, size_t i, std::vector<Padded>& deltas) {
+    int64_t& delta = deltas[0].value;
+    Probe p;
+    table_.prepare(p, key_of(b, i));
+    bool reclaimed = false;
+    for (;;) {
+      Outcome o = table_.apply(op_of(b, i), p, value_in(b, i), value_out(b, i), 0, delta);
+      if (o == Outcome::kNeedCell) {
+        if (!reclaimed) {
+          cells_.reclaim_local_caches();
+          reclaimed = true;
+          continue;
+        }
+        try {
+          meta_.grow_heap();
+        } catch (const Error& e) {
+          if (e.code() != ErrorCode::kNoSpace) throw;
+          b.status[i] = OpStatus::kHeapFull;
+          return;
+        }
+        cells_.grow(meta_.heap_cells());
+        table_.refresh();
+        ++stats_.heap_grows;
+        continue;
+      }
+      if (o == Outcome::kNeedSlot) {
+        int64_t items = static_cast<int64_t>(items_);
+        for (const Padded& d : deltas) items += d.value;
+        const double load = static_cast<double>(items) / static_cast<double>(meta_.slot_capacity());
+        if ((load < max_load_factor_ || !auto_resize_) && table_.displace_for(p)) {
+          ++stats_.displacements;
+          continue;
+        }
+        if (!auto_resize_) {
+          b.status[i] = OpStatus::kTableFull;
+          return;
+        }
+        try {
+          resize();
+        } catch (const Error& e) {
+          if (e.code() != ErrorCode::kNoSpace) throw;
+          b.status[i] = OpStatus::kTableFull;
+          return;
+        }
+        continue;
+      }
+      b.status[i] = to_status(o);
+      return;
+    }
+  }
+
+  void resize() {
+    const auto t0 = std::chrono::steady_clock::now();
+    meta_.begin_resize();
+    table_.refresh();
+    table_.rehash_bottom(threads_);
+    meta_.finish_resize();
+    table_.refresh();
+    ++stats_.resizes;
+    stats_.last_resize_seconds = seconds_since(t0);
+  }
+
+  void recover() {
+    table_.resolve_move_record();
+    table_.clear_inserting(threads_);
+    if (meta_.header().resize_state == format::kResizeRehashing) {
+      table_.rehash_bottom(threads_);
+      meta_.finish_resize();
+      table_.refresh();
+    }
+  }
+
+  pool::Pool& pool_;
+  TableMeta meta_;
+  CellAllocator cells_;
+  int threads_;
+  bool auto_resize_;
+  double max_load_factor_;
+  Table table_;
+  uint64_t items_ = 0;
+  EngineStats stats_;
+  bool closed_ = false;
+};
+
+}  // namespace gphash::engine::cpu
