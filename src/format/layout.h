@@ -1,6 +1,4 @@
-// Byte layout of a bucket, a level and the value heap. A bucket keeps like words together so a
-// warp's reads coalesce: S state words (fingerprints; absent for 8-byte keys, whose key word is
-// the state), then S keys, then S value words.
+// Byte layout of a bucket, a level and the value heap.
 #pragma once
 
 #include <cstdint>
@@ -9,15 +7,22 @@
 
 namespace gphash::format {
 
+// Byte offsets of slot s's words in a bucket are offset + s * stride:
+//   16- and 32-byte keys: S state (fingerprint) words, then S keys, then S value words, so a
+//     warp's reads of one kind of word coalesce;
+//   8-byte keys: S (key word, value word) pairs, since the key word is the state and a lookup
+//     that already knows its slot (from the GPU's tag mirror) reads key and value in one access.
 struct BucketLayout {
   uint32_t key_width;
   uint32_t slots;
 
   GPHASH_HD bool key_is_state() const { return key_width == 8; }
-  GPHASH_HD uint32_t state_offset() const { return 0; }
-  GPHASH_HD uint32_t key_offset() const { return key_is_state() ? 0 : 8 * slots; }
-  GPHASH_HD uint32_t value_offset() const { return key_offset() + key_width * slots; }
-  GPHASH_HD uint32_t bytes() const { return value_offset() + 8 * slots; }
+  GPHASH_HD uint32_t state_offset(uint32_t s) const { return key_is_state() ? 16 * s : 8 * s; }
+  GPHASH_HD uint32_t key_offset(uint32_t s) const { return key_is_state() ? 16 * s : 8 * slots + key_width * s; }
+  GPHASH_HD uint32_t value_offset(uint32_t s) const {
+    return key_is_state() ? 16 * s + 8 : 8 * slots + key_width * slots + 8 * s;
+  }
+  GPHASH_HD uint32_t bytes() const { return key_is_state() ? 16 * slots : (16 + key_width) * slots; }
 };
 
 template <int KeyWidth, int Slots>
@@ -26,9 +31,12 @@ struct StaticBucketLayout {
   static constexpr bool kKeyIsState = KeyWidth == 8;
   static constexpr uint32_t kKeyWords = KeyWidth / 8;
   static constexpr uint32_t kStateOffset = 0;
+  static constexpr uint32_t kStateStride = kKeyIsState ? 16 : 8;
   static constexpr uint32_t kKeyOffset = kKeyIsState ? 0 : 8 * Slots;
-  static constexpr uint32_t kValueOffset = kKeyOffset + KeyWidth * Slots;
-  static constexpr uint32_t kBytes = kValueOffset + 8 * Slots;
+  static constexpr uint32_t kKeyStride = kKeyIsState ? 16 : KeyWidth;
+  static constexpr uint32_t kValueOffset = kKeyIsState ? 8 : 8 * Slots + KeyWidth * Slots;
+  static constexpr uint32_t kValueStride = kKeyIsState ? 16 : 8;
+  static constexpr uint32_t kBytes = kKeyIsState ? 16 * Slots : (16 + KeyWidth) * Slots;
 };
 
 GPHASH_HD uint64_t level_buckets(uint32_t level) { return uint64_t{1} << level; }

@@ -29,10 +29,10 @@ struct View {
     return pool.at<std::byte>(h.level_offset[level]) + b * h.bucket_bytes;
   }
   uint64_t state(const std::byte* bucket, uint32_t s) const {
-    return __atomic_load_n(reinterpret_cast<const uint64_t*>(bucket + layout.state_offset()) + s, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(reinterpret_cast<const uint64_t*>(bucket + layout.state_offset(s)), __ATOMIC_ACQUIRE);
   }
   uint64_t value_word(const std::byte* bucket, uint32_t s) const {
-    return reinterpret_cast<const uint64_t*>(bucket + layout.value_offset())[s];
+    return *reinterpret_cast<const uint64_t*>(bucket + layout.value_offset(s));
   }
   // The key bytes of a published slot (8-byte keys are decoded from the state word).
   void key(const std::byte* bucket, uint32_t s, uint64_t state, unsigned char* out) const {
@@ -40,7 +40,7 @@ struct View {
       uint64_t k = format::decode_key_word(state);
       std::memcpy(out, &k, 8);
     } else {
-      std::memcpy(out, bucket + layout.key_offset() + s * h.key_width, h.key_width);
+      std::memcpy(out, bucket + layout.key_offset(s), h.key_width);
     }
   }
 };

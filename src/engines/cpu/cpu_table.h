@@ -271,11 +271,11 @@ class CpuTable {
   std::byte* bucket(uint32_t level, uint64_t index) const { return levels_[level] + index * Layout::kBytes; }
   SlotRef ref(format::SlotAddress a) const { return {bucket(a.level, a.bucket), a.level, a.bucket, a.slot}; }
   static uint64_t* state_word(const SlotRef& r) {
-    return reinterpret_cast<uint64_t*>(r.bucket + Layout::kStateOffset) + r.slot;
+    return reinterpret_cast<uint64_t*>(r.bucket + Layout::kStateOffset + r.slot * Layout::kStateStride);
   }
-  static std::byte* key_bytes(const SlotRef& r) { return r.bucket + Layout::kKeyOffset + r.slot * KeyWidth; }
+  static std::byte* key_bytes(const SlotRef& r) { return r.bucket + Layout::kKeyOffset + r.slot * Layout::kKeyStride; }
   static uint64_t* value_word(const SlotRef& r) {
-    return reinterpret_cast<uint64_t*>(r.bucket + Layout::kValueOffset) + r.slot;
+    return reinterpret_cast<uint64_t*>(r.bucket + Layout::kValueOffset + r.slot * Layout::kValueStride);
   }
   std::byte* cell_at(uint64_t cell) const {
     uint32_t c = heap_.chunk_of(cell);
