@@ -108,8 +108,9 @@ void validate_header(const PoolHeader& h, uint64_t file_size) {
     if (h.cell_size != 0) corrupt("cell_size", "is set although values are inline");
     if (h.heap_chunk_count != 0) corrupt("heap_chunk_count", "is set although values are inline");
   } else {
-    if (h.cell_size < h.value_width || h.cell_size % 16)
-      corrupt("cell_size", fmt::format("is {}, needs a multiple of 16 >= value_width {}", h.cell_size, h.value_width));
+    if (h.cell_size != cell_size_for(h.value_width))
+      corrupt("cell_size", fmt::format("is {}, value_width {} gives {}", h.cell_size, h.value_width,
+                                       cell_size_for(h.value_width)));
     if (h.heap_chunk_count > kMaxHeapChunks)
       corrupt("heap_chunk_count", fmt::format("is {}, more than {}", h.heap_chunk_count, kMaxHeapChunks));
     if (!is_pow2(h.heap_first_chunk_cells) || h.heap_first_chunk_cells > (uint64_t{1} << 40))
@@ -117,8 +118,10 @@ void validate_header(const PoolHeader& h, uint64_t file_size) {
     HeapGeometry g = heap_geometry(h);
     for (uint32_t c = 0; c < h.heap_chunk_count; ++c) {
       std::string field = fmt::format("heap_chunk_offset[{}]", c);
-      if (g.chunk_cells(c) > (uint64_t{1} << 48)) corrupt(field.c_str(), "describes a chunk larger than 2^48 cells");
-      check_extent(field.c_str(), h.heap_chunk_offset[c], g.chunk_cells(c) * h.cell_size);
+      uint64_t bytes = 0;
+      if (__builtin_mul_overflow(g.chunk_cells(c), uint64_t{h.cell_size}, &bytes) || c >= 64 - g.first_chunk_log2)
+        corrupt(field.c_str(), "describes a chunk larger than the address space");
+      check_extent(field.c_str(), h.heap_chunk_offset[c], bytes);
     }
   }
   for (uint32_t c = h.heap_chunk_count; c < kMaxHeapChunks; ++c)

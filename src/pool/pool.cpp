@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 
+#include "engines/common/crash_point.h"
 #include "gphash/error.h"
 #include "pool/cache_flush.h"
 
@@ -125,7 +126,8 @@ std::unique_ptr<Pool> Pool::open(const std::string& spec, const OpenOptions& opt
   pool->max_size_ = options.max_size;
   pool->persist_mode_ = loc.kind == PoolKind::kFile ? PersistMode::kMsync : PersistMode::kOrdered;
   if (options.force_flush) pool->persist_mode_ = PersistMode::kFlush;
-  pool->fd_ = ::open(loc.path.c_str(), (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not a file).
+  pool->fd_ = ::open(loc.path.c_str(), (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
   if (pool->fd_ < 0) {
     if (errno == ENOENT) throw Error(ErrorCode::kNotFound, fmt::format("no pool at {}", loc.path));
     io_error("cannot open pool", loc.path, errno);
@@ -137,10 +139,14 @@ std::unique_ptr<Pool> Pool::open(const std::string& spec, const OpenOptions& opt
   const uint64_t size = static_cast<uint64_t>(st.st_size);
 
   // Everything up to the mapping is read with pread, so a short or hostile file cannot SIGBUS us.
-  unsigned char magic[8] = {};
-  ssize_t got = pread(pool->fd_, magic, sizeof magic, 0);
-  if (got < 0) io_error("cannot read pool", loc.path, errno);
-  if (got < static_cast<ssize_t>(sizeof magic) || std::memcmp(magic, format::kMagic, sizeof magic) != 0)
+  // Magic in either header copy: a flipped byte in the first copy alone falls back to the second.
+  auto magic_at = [&](uint64_t offset) {
+    unsigned char magic[8] = {};
+    ssize_t got = pread(pool->fd_, magic, sizeof magic, static_cast<off_t>(offset));
+    if (got < 0) io_error("cannot read pool", loc.path, errno);
+    return got == static_cast<ssize_t>(sizeof magic) && std::memcmp(magic, format::kMagic, sizeof magic) == 0;
+  };
+  if (!magic_at(format::kHeaderCopyOffset[0]) && !magic_at(format::kHeaderCopyOffset[1]))
     throw Error(ErrorCode::kNotAPool,
                 fmt::format("not a gphash pool: {} ({})", loc.path, size == 0 ? "empty file" : "wrong magic bytes"),
                 "magic");
@@ -254,7 +260,9 @@ void Pool::write_header(PoolHeader h) {
   int target = 1 - current_copy_;
   auto* dst = at<PoolHeader>(format::kHeaderCopyOffset[target]);
   std::memcpy(static_cast<void*>(dst), &h, sizeof h);
+  GPHASH_CRASH_POINT("header.after_copy_write");
   persist(dst, sizeof h);
+  GPHASH_CRASH_POINT("header.after_persist");
   if (persist_mode_ == PersistMode::kMsync && msync(dst, sizeof h, MS_SYNC) != 0) io_error("cannot sync the header of", path_, errno);
   header_ = h;
   current_copy_ = target;

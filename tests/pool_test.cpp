@@ -1,0 +1,576 @@
+// Pool kinds and the typed errors of whole calls: where a pool lives, exclusive and read-only
+// opening, malformed batches (refused before anything changes), bad configurations, exhausted
+// heaps and tables (nothing acknowledged is lost) and the fallback to the older header copy.
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/header.h"
+#include "gphash/table.h"
+#include "test_util.h"
+
+namespace gphash {
+namespace {
+
+using testing::TempPool;
+namespace fs = std::filesystem;
+
+// Runs `f`, which must throw gphash::Error with `code` (and field `field` when given).
+template <class F>
+void expect_error(F&& f, ErrorCode code, const std::string& field = {}, const char* what = "") {
+  try {
+    f();
+    ADD_FAILURE() << what << ": no error, expected " << to_string(code);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << what << ": got " << to_string(e.code()) << " (" << e.what() << ")";
+    if (!field.empty()) {
+      EXPECT_EQ(e.field(), field) << what << ": " << e.what();
+    }
+  }
+}
+
+// 8-byte keys 1..n (or from `first`) and values derived from them, for any value width.
+std::string value_for(uint64_t key, uint32_t width) {
+  std::string v(width, '\0');
+  std::mt19937_64 rng(key * 0x9E3779B97F4A7C15ull + width);
+  for (uint32_t i = 0; i < width; i += 8) {
+    uint64_t w = rng();
+    std::memcpy(v.data() + i, &w, std::min<uint32_t>(8, width - i));
+  }
+  return v;
+}
+
+// One batch of `op` on `keys`; returns the statuses (values_out into *out when given).
+std::vector<OpStatus> run(Table& t, Op op, const std::vector<uint64_t>& keys, std::string* out = nullptr) {
+  const uint32_t vw = t.value_width();
+  std::string values(keys.size() * vw, '\0');
+  for (size_t i = 0; i < keys.size(); ++i) std::memcpy(values.data() + i * vw, value_for(keys[i], vw).data(), vw);
+  std::vector<OpStatus> status(keys.size());
+  if (out) out->assign(keys.size() * vw, '\0');
+  Batch b;
+  b.size = keys.size();
+  b.key_width = 8;
+  b.value_width = vw;
+  b.op = op;
+  b.keys = keys.data();
+  b.values = op == Op::kSearch || op == Op::kErase ? nullptr : values.data();
+  b.values_out = out ? out->data() : nullptr;
+  b.status = status.data();
+  t.execute(b);
+  return status;
+}
+
+std::vector<uint64_t> key_range(uint64_t first, uint64_t n) {
+  std::vector<uint64_t> k(n);
+  for (uint64_t i = 0; i < n; ++i) k[i] = first + i;
+  return k;
+}
+
+// Every key is present with value_for(key).
+void expect_present(Table& t, const std::vector<uint64_t>& keys) {
+  if (keys.empty()) return;
+  std::string out;
+  auto st = run(t, Op::kSearch, keys, &out);
+  const uint32_t vw = t.value_width();
+  size_t bad = 0;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (st[i] != OpStatus::kOk || out.compare(i * vw, vw, value_for(keys[i], vw)) != 0) {
+      if (++bad <= 5) {
+        ADD_FAILURE() << "key " << keys[i] << ": " << to_string(st[i]);
+      }
+    }
+  EXPECT_EQ(bad, 0u) << "of " << keys.size() << " keys";
+}
+
+void expect_absent(Table& t, const std::vector<uint64_t>& keys) {
+  auto st = run(t, Op::kSearch, keys);
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(st[i], OpStatus::kNotFound) << "key " << keys[i];
+}
+
+bool on_tmpfs(const std::string& dir) {
+  struct statfs st {};
+  return statfs(dir.c_str(), &st) == 0 &&
+         (static_cast<unsigned long>(st.f_type) == TMPFS_MAGIC || static_cast<unsigned long>(st.f_type) == RAMFS_MAGIC);
+}
+
+// A directory on a disk file system (the system temp directory, or the working directory, which
+// is the build folder under ctest, where the temp directory is a tmpfs), removed with its
+// contents afterwards. Empty path when neither is on disk.
+class TempDir {
+ public:
+  TempDir() {
+    for (const std::string& parent : {fs::temp_directory_path().string(), fs::current_path().string()}) {
+      if (on_tmpfs(parent)) continue;
+      std::string tmpl = parent + "/gphash-pool-test-XXXXXX";
+      if (!mkdtemp(tmpl.data())) continue;
+      path_ = tmpl;
+      return;
+    }
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(PoolKinds, BareNameIsInDevShm) {
+  const std::string name = "gphash-pool-test-" + std::to_string(getpid()) + "-bare";
+  const std::string path = "/dev/shm/" + name;
+  std::remove(path.c_str());
+  {
+    Table t = Table::create(name, {8, 8, {}, 64, 1});
+    EXPECT_TRUE(fs::exists(path));
+    EXPECT_EQ(t.info().path, path);
+    EXPECT_EQ(t.info().pool_kind, "shm");
+    run(t, Op::kInsert, key_range(1, 100));
+  }
+  {
+    Table t = Table::open(name);
+    EXPECT_EQ(t.size(), 100u);
+    expect_present(t, key_range(1, 100));
+    expect_error([&] { Table::open(path); }, ErrorCode::kPoolInUse, {}, "the full path names the same pool");
+  }
+  EXPECT_EQ(std::remove(path.c_str()), 0);
+}
+
+TEST(PoolKinds, RegularFileSurvivesReopen) {
+  TempDir dir;
+  if (dir.path().empty()) GTEST_SKIP() << "neither the temp directory nor the working directory is on a disk";
+  const std::string path = dir.path() + "/pool";
+  {
+    Table t = Table::create(path, {8, 32, {}, 64, 2});
+    EXPECT_EQ(t.info().pool_kind, "file");
+    EXPECT_EQ(t.info().path, path);
+    run(t, Op::kInsert, key_range(1, 3000));  // forces resizes and heap growth
+    run(t, Op::kErase, key_range(1, 100));
+  }
+  {
+    Table t = Table::open(path);
+    EXPECT_EQ(t.info().pool_kind, "file");
+    EXPECT_FALSE(t.info().recovered);
+    EXPECT_EQ(t.size(), 2900u);
+    expect_present(t, key_range(101, 2900));
+    expect_absent(t, key_range(1, 100));
+    EXPECT_TRUE(t.check().ok) << t.check().violation;
+  }
+  // No temporary files of the create are left next to the pool.
+  size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 1u);
+}
+
+TEST(PoolKinds, AnonymousMemoryWorksWhileOpenAndCannotBeReopened) {
+  Table t = Table::create("mem:", {16, 8, {}, 64, 3});
+  EXPECT_EQ(t.info().pool_kind, "memory");
+  std::vector<uint64_t> keys(2 * 500);  // 500 16-byte keys
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 7 + 1;
+  std::vector<uint64_t> values(500, 42), out(500);
+  std::vector<OpStatus> status(500);
+  Batch b{500, 16, 8, Op::kInsert, nullptr, keys.data(), values.data(), nullptr, status.data()};
+  t.execute(b);
+  for (OpStatus s : status) ASSERT_EQ(s, OpStatus::kOk);
+  b.op = Op::kSearch;
+  b.values = nullptr;
+  b.values_out = out.data();
+  t.execute(b);
+  for (size_t i = 0; i < 500; ++i) {
+    ASSERT_EQ(status[i], OpStatus::kOk);
+    ASSERT_EQ(out[i], 42u);
+  }
+  EXPECT_TRUE(t.check().ok);
+  expect_error([] { Table::open("mem:"); }, ErrorCode::kInvalidArgument, {}, "open mem:");
+  // Two anonymous pools are independent.
+  Table other = Table::create("mem:", {16, 8, {}, 64, 3});
+  EXPECT_EQ(other.size(), 0u);
+}
+
+TEST(PoolErrors, CreateOverExistingPathNeedsReplace) {
+  TempPool pool("exists");
+  {
+    Table t = Table::create(pool.path(), {8, 8, {}, 64, 4});
+    run(t, Op::kInsert, key_range(1, 10));
+  }
+  expect_error([&] { Table::create(pool.path(), {8, 8, {}, 64, 4}); }, ErrorCode::kPoolExists, {}, "create over pool");
+  {
+    Table t = Table::open(pool.path());  // the failed create left the pool alone
+    EXPECT_EQ(t.size(), 10u);
+  }
+  // Any existing file counts, not only pools.
+  TempPool plain("exists-plain");
+  {
+    std::FILE* f = std::fopen(plain.path().c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("hello", f);
+    std::fclose(f);
+  }
+  expect_error([&] { Table::create(plain.path(), {8, 8, {}, 64, 4}); }, ErrorCode::kPoolExists, {}, "create over file");
+
+  OpenOptions replace;
+  replace.replace = true;
+  {
+    Table t = Table::create(pool.path(), {16, 32, {}, 64, 5}, replace);
+    EXPECT_EQ(t.size(), 0u);
+    EXPECT_EQ(t.key_width(), 16u);
+  }
+  Table t = Table::open(pool.path());
+  EXPECT_EQ(t.key_width(), 16u);
+  EXPECT_EQ(t.value_width(), 32u);
+}
+
+TEST(PoolErrors, OpenMissingPathIsNotFound) {
+  TempPool pool("missing");
+  expect_error([&] { Table::open(pool.path()); }, ErrorCode::kNotFound, {}, "open missing");
+  OpenOptions ro;
+  ro.read_only = true;
+  expect_error([&] { Table::open(pool.path(), ro); }, ErrorCode::kNotFound, {}, "open missing read-only");
+  expect_error([&] { Table::inspect(pool.path()); }, ErrorCode::kNotFound, {}, "inspect missing");
+  EXPECT_FALSE(fs::exists(pool.path()));
+}
+
+TEST(PoolErrors, SecondWritableOpenIsPoolInUse) {
+  TempPool pool("in-use");
+  Table first = Table::create(pool.path(), {8, 8, {}, 64, 6});
+  run(first, Op::kInsert, key_range(1, 10));
+  OpenOptions ro;
+  ro.read_only = true;
+  expect_error([&] { Table::open(pool.path()); }, ErrorCode::kPoolInUse, {}, "writable open while created");
+  expect_error([&] { Table::open(pool.path(), ro); }, ErrorCode::kPoolInUse, {}, "read-only open while written");
+  first.close();
+  {
+    // Closing alone does not release the lock: the Table still holds the pool until destroyed.
+    Table moved = std::move(first);
+  }
+  Table second = Table::open(pool.path());
+  expect_error([&] { Table::open(pool.path()); }, ErrorCode::kPoolInUse, {}, "writable open while reopened");
+  EXPECT_EQ(second.size(), 10u);
+}
+
+TEST(PoolErrors, ReadOnlyOpenRejectsWrites) {
+  TempPool pool("read-only");
+  { Table t = Table::create(pool.path(), {8, 8, {}, 64, 7}); run(t, Op::kInsert, key_range(1, 50)); }
+  OpenOptions ro;
+  ro.read_only = true;
+  Table a = Table::open(pool.path(), ro);
+  Table b = Table::open(pool.path(), ro);  // readers share the pool
+  expect_error([&] { Table::open(pool.path()); }, ErrorCode::kPoolInUse, {}, "writable open while read");
+  for (Op op : {Op::kInsert, Op::kUpsert, Op::kUpdate, Op::kErase})
+    expect_error([&] { run(a, op, key_range(1, 60)); }, ErrorCode::kReadOnly, {}, to_string(op));
+  // A mixed batch with one write among searches is refused whole.
+  std::vector<uint64_t> keys = key_range(1, 4);
+  std::vector<Op> ops = {Op::kSearch, Op::kSearch, Op::kErase, Op::kSearch};
+  std::vector<OpStatus> status(4);
+  Batch mixed{4, 8, 8, Op::kSearch, ops.data(), keys.data(), nullptr, nullptr, status.data()};
+  expect_error([&] { a.execute(mixed); }, ErrorCode::kReadOnly, {}, "mixed batch");
+  EXPECT_EQ(a.size(), 50u);
+  expect_present(a, key_range(1, 50));
+  expect_present(b, key_range(1, 50));
+  expect_absent(a, key_range(51, 10));
+  EXPECT_TRUE(a.check().ok);
+}
+
+TEST(PoolErrors, WidthMismatchesNameTheField) {
+  TempPool pool("widths");
+  Table t = Table::create(pool.path(), {16, 32, {}, 64, 8});
+  std::vector<unsigned char> keys(4 * 32, 1), values(4 * 64, 2);
+  std::vector<OpStatus> status(4);
+  for (uint32_t kw : {0u, 8u, 12u, 32u}) {
+    Batch b{4, kw, 32, Op::kInsert, nullptr, keys.data(), values.data(), nullptr, status.data()};
+    expect_error([&] { t.execute(b); }, ErrorCode::kKeyWidthMismatch, "key_width", "key width");
+    b.op = Op::kSearch;
+    expect_error([&] { t.execute(b); }, ErrorCode::kKeyWidthMismatch, "key_width", "key width (search)");
+  }
+  for (uint32_t vw : {0u, 8u, 31u, 64u}) {
+    Batch b{4, 16, vw, Op::kUpsert, nullptr, keys.data(), values.data(), nullptr, status.data()};
+    expect_error([&] { t.execute(b); }, ErrorCode::kValueWidthMismatch, "value_width", "value width");
+    // A search that writes values out needs the right width as well.
+    Batch s{4, 16, vw, Op::kSearch, nullptr, keys.data(), nullptr, values.data(), status.data()};
+    expect_error([&] { t.execute(s); }, ErrorCode::kValueWidthMismatch, "value_width", "value width (search)");
+  }
+  EXPECT_EQ(t.size(), 0u);
+}
+
+TEST(PoolErrors, MalformedBatchesChangeNothing) {
+  TempPool pool("malformed");
+  Table t = Table::create(pool.path(), {8, 8, {}, 64, 9});
+  run(t, Op::kInsert, key_range(1, 100));
+  std::vector<uint64_t> keys = key_range(1000, 8), values(8, 5);
+  std::vector<OpStatus> status(8, OpStatus::kOk);
+
+  Batch no_status{8, 8, 8, Op::kInsert, nullptr, keys.data(), values.data(), nullptr, nullptr};
+  expect_error([&] { t.execute(no_status); }, ErrorCode::kInvalidArgument, {}, "no status");
+  Batch no_keys{8, 8, 8, Op::kInsert, nullptr, nullptr, values.data(), nullptr, status.data()};
+  expect_error([&] { t.execute(no_keys); }, ErrorCode::kInvalidArgument, {}, "no keys");
+  Batch bad_op{8, 8, 8, static_cast<Op>(9), nullptr, keys.data(), values.data(), nullptr, status.data()};
+  expect_error([&] { t.execute(bad_op); }, ErrorCode::kInvalidArgument, "ops", "unknown op");
+  // An unknown op late in a mixed batch: the valid inserts before it must not run either.
+  std::vector<Op> ops(8, Op::kInsert);
+  ops[6] = static_cast<Op>(9);
+  Batch bad_mixed{8, 8, 8, Op::kSearch, ops.data(), keys.data(), values.data(), nullptr, status.data()};
+  expect_error([&] { t.execute(bad_mixed); }, ErrorCode::kInvalidArgument, "ops", "unknown op in ops");
+  ops[6] = static_cast<Op>(255);
+  expect_error([&] { t.execute(bad_mixed); }, ErrorCode::kInvalidArgument, "ops", "op 255 in ops");
+  for (Op op : {Op::kInsert, Op::kUpsert, Op::kUpdate}) {
+    Batch no_values{8, 8, 8, op, nullptr, keys.data(), nullptr, nullptr, status.data()};
+    expect_error([&] { t.execute(no_values); }, ErrorCode::kInvalidArgument, {}, to_string(op));
+  }
+  // A mixed batch where one late entry needs values that are missing.
+  std::vector<Op> mostly_erase(8, Op::kErase);
+  mostly_erase[7] = Op::kUpsert;
+  std::vector<uint64_t> present = key_range(1, 8);
+  Batch late_values{8, 8, 8, Op::kSearch, mostly_erase.data(), present.data(), nullptr, nullptr, status.data()};
+  expect_error([&] { t.execute(late_values); }, ErrorCode::kInvalidArgument, {}, "upsert without values in ops");
+  Batch device{8, 8, 8, Op::kInsert, nullptr, keys.data(), values.data(), nullptr, status.data(), MemorySpace::kDevice};
+  expect_error([&] { t.execute(device); }, ErrorCode::kInvalidArgument, {}, "device memory on the CPU engine");
+
+  for (OpStatus s : status) EXPECT_EQ(s, OpStatus::kOk) << "statuses are not written for a refused batch";
+  EXPECT_EQ(t.size(), 100u);
+  expect_present(t, key_range(1, 100));
+  expect_absent(t, keys);
+  EXPECT_TRUE(t.check().ok);
+  // An empty batch is fine even with nothing in it.
+  t.execute(Batch{});
+}
+
+TEST(PoolErrors, BadConfigurationsNameTheFieldAndLeaveNoFile) {
+  TempPool pool("config");
+  struct Case {
+    TableConfig config;
+    const char* field;
+  };
+  const Case cases[] = {
+      {{12, 8, {}, 64, 1}, "key_width"},
+      {{0, 8, {}, 64, 1}, "key_width"},
+      {{64, 8, {}, 64, 1}, "key_width"},
+      {{8, 0, {}, 64, 1}, "value_width"},
+      {{8, 65537, {}, 64, 1}, "value_width"},
+      {{8, 8, {3, 2, 8}, 64, 1}, "shape"},
+      {{8, 8, {2, 2, 4}, 64, 1}, "shape"},
+      {{8, 8, {0, 0, 0}, 64, 1}, "shape"},
+      {{8, 8, {}, 0, 1}, "capacity"},
+  };
+  for (const Case& c : cases) {
+    expect_error([&] { Table::create(pool.path(), c.config); }, ErrorCode::kInvalidArgument, c.field, c.field);
+    EXPECT_FALSE(fs::exists(pool.path())) << c.field;
+    expect_error([&] { Table::create("mem:", c.config); }, ErrorCode::kInvalidArgument, c.field, c.field);
+  }
+  // Nothing half-made is left in /dev/shm under the pool's name.
+  const std::string prefix = fs::path(pool.path()).filename().string();
+  for (const auto& e : fs::directory_iterator("/dev/shm"))
+    EXPECT_NE(e.path().filename().string().rfind(prefix, 0), 0u) << "leftover " << e.path();
+  expect_error([] { parse_shape("3L-2H"); }, ErrorCode::kInvalidArgument, "shape", "parse_shape");
+  EXPECT_EQ(parse_shape("4L-2H-4S"), (TableShape{4, 2, 4}));
+}
+
+// The size of a pool created with `config`, before any insert.
+uint64_t initial_pool_bytes(const TableConfig& config) {
+  Table probe = Table::create("mem:", config);
+  return probe.info().pool_bytes;
+}
+
+TEST(PoolExhaustion, FullHeapLosesNothing) {
+  TempPool pool("heap-full");
+  // 64-byte values live in the heap. The heap's first chunk holds 1024 cells, the table 1536 slots:
+  // the heap runs out first, and the limit leaves no room to add a heap chunk (64 KiB more) or a
+  // level (32 KiB more).
+  const TableConfig config{8, 64, {}, 1000, 11};
+  OpenOptions options;
+  options.max_pool_bytes = initial_pool_bytes(config) + 4096;
+  Table t = Table::create(pool.path(), config, options);
+  const uint64_t heap_cells = t.info().heap_cells;
+  ASSERT_GT(heap_cells, 0u);
+  ASSERT_LT(heap_cells, t.info().slots);
+
+  std::vector<uint64_t> acked;
+  uint64_t next = 1, heap_full = 0;
+  for (int round = 0; round < 40 && heap_full < 600; ++round) {
+    std::vector<uint64_t> keys = key_range(next, 300);
+    next += keys.size();
+    auto st = run(t, Op::kInsert, keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (st[i] == OpStatus::kOk) {
+        acked.push_back(keys[i]);
+      } else {
+        ASSERT_EQ(st[i], OpStatus::kHeapFull) << "key " << keys[i];
+        ++heap_full;
+      }
+    }
+  }
+  ASSERT_GT(heap_full, 0u) << "the heap never filled";
+  EXPECT_EQ(acked.size(), heap_cells) << "every cell holds an acknowledged value";
+  EXPECT_EQ(t.size(), acked.size());
+  expect_present(t, acked);
+  expect_absent(t, key_range(acked.back() + 1, 300));
+  EXPECT_EQ(t.info().heap_grows, 0u);
+  EXPECT_LE(t.info().pool_bytes, options.max_pool_bytes);
+
+  // An update needs a new cell before it lets go of the old one: it fails, the old value stays.
+  std::vector<uint64_t> some(acked.begin(), acked.begin() + 10);
+  std::vector<uint64_t> changed(10, 0x77);
+  std::string new_values(10 * 64, 'x');
+  std::vector<OpStatus> st(10);
+  Batch update{10, 8, 64, Op::kUpdate, nullptr, some.data(), new_values.data(), nullptr, st.data()};
+  t.execute(update);
+  for (OpStatus s : st) EXPECT_EQ(s, OpStatus::kHeapFull);
+  expect_present(t, acked);
+  CheckResult r = t.check();
+  EXPECT_TRUE(r.ok) << r.violation;
+  EXPECT_EQ(r.items, acked.size());
+
+  // Erasing frees cells for new inserts.
+  std::vector<uint64_t> erased(acked.end() - 50, acked.end());
+  acked.resize(acked.size() - 50);
+  for (OpStatus s : run(t, Op::kErase, erased)) EXPECT_EQ(s, OpStatus::kOk);
+  std::vector<uint64_t> fresh = key_range(next, 50);
+  for (OpStatus s : run(t, Op::kInsert, fresh)) EXPECT_EQ(s, OpStatus::kOk);
+  acked.insert(acked.end(), fresh.begin(), fresh.end());
+  { Table closing = std::move(t); }  // closes and lets go of the pool
+  Table reopened = Table::open(pool.path(), options);
+  EXPECT_EQ(reopened.size(), acked.size());
+  expect_present(reopened, acked);
+  expect_absent(reopened, erased);
+  EXPECT_TRUE(reopened.check().ok);
+}
+
+TEST(PoolExhaustion, FullTableWithoutResizeLosesNothing) {
+  TempPool pool("table-full");
+  OpenOptions options;
+  options.auto_resize = false;
+  for (uint32_t value_width : {8u, 24u}) {
+    SCOPED_TRACE(value_width);
+    std::remove(pool.path().c_str());
+    Table t = Table::create(pool.path(), {8, value_width, {}, 16, 12}, options);
+    const uint64_t slots = t.info().slots;
+    std::vector<uint64_t> acked;
+    uint64_t next = 1, full = 0;
+    while (full < 200) {
+      std::vector<uint64_t> keys = key_range(next, 20);
+      next += keys.size();
+      auto st = run(t, Op::kInsert, keys);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (st[i] == OpStatus::kOk) {
+          acked.push_back(keys[i]);
+        } else {
+          ASSERT_EQ(st[i], OpStatus::kTableFull) << "key " << keys[i];
+          ++full;
+        }
+      }
+      ASSERT_LE(acked.size(), slots);
+    }
+    EXPECT_GT(acked.size(), slots / 2) << "displacement should fill most slots";
+    EXPECT_EQ(t.info().resizes, 0u);
+    EXPECT_EQ(t.info().slots, slots);
+    EXPECT_EQ(t.size(), acked.size());
+    expect_present(t, acked);
+    CheckResult r = t.check();
+    EXPECT_TRUE(r.ok) << r.violation;
+    EXPECT_EQ(r.items, acked.size());
+    // Upserts of present keys need no slot and still work.
+    for (OpStatus s : run(t, Op::kUpsert, acked)) EXPECT_EQ(s, OpStatus::kOk);
+    { Table closing = std::move(t); }
+    Table reopened = Table::open(pool.path(), options);
+    expect_present(reopened, acked);
+    EXPECT_EQ(reopened.size(), acked.size());
+  }
+}
+
+TEST(PoolExhaustion, SizeLimitStopsResizeButKeepsData) {
+  TempPool pool("size-limit");
+  const TableConfig config{8, 8, {}, 16, 13};
+  OpenOptions options;
+  options.max_pool_bytes = initial_pool_bytes(config) + 2 * 4096;  // room for two more levels at most
+  Table t = Table::create(pool.path(), config, options);
+  std::vector<uint64_t> acked;
+  uint64_t full = 0, next = 1;
+  while (full < 100) {
+    std::vector<uint64_t> keys = key_range(next, 64);
+    next += keys.size();
+    auto st = run(t, Op::kUpsert, keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (st[i] == OpStatus::kOk) acked.push_back(keys[i]);
+      else {
+        ASSERT_EQ(st[i], OpStatus::kTableFull);
+        ++full;
+      }
+    }
+  }
+  EXPECT_GT(t.info().resizes, 0u);
+  EXPECT_LE(t.info().pool_bytes, options.max_pool_bytes);
+  expect_present(t, acked);
+  EXPECT_EQ(t.size(), acked.size());
+  EXPECT_TRUE(t.check().ok);
+}
+
+// Reads the generations of both header copies of a closed pool file.
+void read_headers(const std::string& path, format::PoolHeader (&h)[2]) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  for (int c = 0; c < 2; ++c)
+    ASSERT_EQ(pread(fd, &h[c], sizeof h[c], static_cast<off_t>(format::kHeaderCopyOffset[c])),
+              static_cast<ssize_t>(sizeof h[c]));
+  ::close(fd);
+}
+
+void flip_byte(const std::string& path, uint64_t offset) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  unsigned char b = 0;
+  ASSERT_EQ(pread(fd, &b, 1, static_cast<off_t>(offset)), 1);
+  b ^= 0x10;
+  ASSERT_EQ(pwrite(fd, &b, 1, static_cast<off_t>(offset)), 1);
+  ::close(fd);
+}
+
+TEST(HeaderFallback, TornNewerCopyFallsBackToOlder) {
+  for (uint64_t field_offset : {uint64_t{72} /* key_width */, uint64_t{40} /* pool_size */, uint64_t{2000} /* reserved */,
+                                uint64_t{4090} /* checksum */}) {
+    SCOPED_TRACE(field_offset);
+    TempPool pool("torn");
+    {
+      Table t = Table::create(pool.path(), {8, 32, {}, 64, 14});
+      run(t, Op::kInsert, key_range(1, 2000));  // resizes and grows the heap: many header writes
+      run(t, Op::kErase, key_range(1, 10));
+    }
+    format::PoolHeader h[2];
+    read_headers(pool.path(), h);
+    const int newer = h[0].generation > h[1].generation ? 0 : 1;
+    ASSERT_NE(h[0].generation, h[1].generation);
+    EXPECT_EQ(h[newer].clean_shutdown, 1u);
+    flip_byte(pool.path(), format::kHeaderCopyOffset[newer] + field_offset);
+    {
+      Table t = Table::open(pool.path());
+      // The older copy is the one the session marked dirty: the pool opens from it and recovers.
+      EXPECT_TRUE(t.info().recovered) << "opened from the older copy";
+      EXPECT_LT(t.info().generation, h[newer].generation);
+      EXPECT_EQ(t.size(), 1990u);
+      expect_present(t, key_range(11, 1990));
+      expect_absent(t, key_range(1, 10));
+      EXPECT_TRUE(t.check().ok);
+      run(t, Op::kInsert, key_range(1, 5));
+    }
+    // The damaged copy was rewritten; both copies are valid again.
+    read_headers(pool.path(), h);
+    for (int c = 0; c < 2; ++c) EXPECT_EQ(h[c].checksum, format::header_checksum(h[c])) << "copy " << c;
+    Table t = Table::open(pool.path());
+    EXPECT_EQ(t.size(), 1995u);
+    EXPECT_FALSE(t.info().recovered);
+  }
+}
+
+}  // namespace
+}  // namespace gphash
