@@ -72,6 +72,7 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
     const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     r.seconds += dt;
     r.batch_seconds.push_back(dt);
+    r.device_seconds += table.info().last_batch_device_seconds;
     r.operations += got;
     r.table_ops += n;
     for (size_t i = 0; i < n; ++i) {

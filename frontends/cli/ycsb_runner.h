@@ -25,6 +25,7 @@ struct RunResult {
   uint64_t table_ops = 0;   // table operations (a read-modify-write is a search and an update)
   double seconds = 0;       // time inside Table::execute, summed over batches
   double wall_seconds = 0;  // including generating keys and values
+  double device_seconds = 0;  // GPU engine: device time of the batches (kernels and copies)
   std::vector<double> batch_seconds;
   uint64_t not_found = 0;      // searches of records that exist but were not found
   uint64_t bad_values = 0;     // found values that fail their self-check
@@ -34,6 +35,9 @@ struct RunResult {
   uint64_t resizes = 0;
 
   double ops_per_second() const { return seconds > 0 ? static_cast<double>(operations) / seconds : 0; }
+  double device_ops_per_second() const {
+    return device_seconds > 0 ? static_cast<double>(operations) / device_seconds : 0;
+  }
   double batch_percentile(double q) const;
 };
 

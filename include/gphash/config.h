@@ -39,9 +39,17 @@ enum class Placement {
   kGpuMemory,   // a copy in GPU memory: fastest, volatile until saved back to the pool
 };
 
+// How the GPU engine runs operations; kWarp is the design, the others exist to measure it.
+enum class GpuKernels {
+  kWarp,        // warp-cooperative, candidates read through the tag mirror in GPU memory
+  kWarpDirect,  // warp-cooperative, candidates read from the table's slots (no mirror)
+  kThread,      // one thread per operation, candidates read from the table (the naive port)
+};
+
 struct OpenOptions {
   EngineKind engine = EngineKind::kCpu;
   Placement placement = Placement::kHostMapped;
+  GpuKernels gpu_kernels = GpuKernels::kWarp;
   int threads = 0;              // CPU engine worker threads; 0 = all hardware threads
   bool read_only = false;       // searches only; the pool is opened shared
   bool auto_resize = true;      // grow the table when an insert finds no free slot

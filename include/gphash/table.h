@@ -42,6 +42,7 @@ struct TableInfo {
   uint64_t displacements = 0;
   uint64_t heap_grows = 0;
   double last_resize_seconds = 0;
+  double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch
   // From the header (also filled by inspect()).
   bool clean_shutdown = true;
   bool resizing = false;  // a resize was interrupted and has not been finished yet
@@ -79,9 +80,14 @@ class Table {
   uint32_t value_width() const;
   uint64_t size() const;  // items
   TableInfo info() const;
-  // Verifies the table's invariants (see `gphash check`).
+  // Verifies the invariants of the table in its pool (see `gphash check`); a GPU-memory table
+  // is saved first, so what is checked is what a reopen would see.
   CheckResult check(int threads = 0) const;
-  // Makes everything durable and marks the pool clean. The table is unusable afterwards.
+  // GPU-memory placement: writes the table back to its pool (crash-safely: the previous saved
+  // state stays until the new one is complete). Other engines work in the pool: nothing to do.
+  void save();
+  // Makes everything durable (saving a GPU-memory table) and marks the pool clean. The table is
+  // unusable afterwards.
   void close();
 
  private:

@@ -16,6 +16,7 @@ struct EngineStats {
   bool recovered = false;      // the pool was not shut down cleanly and recovery ran at open
   double open_seconds = 0;     // time to open (recovery included)
   double last_resize_seconds = 0;
+  double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch (events)
 };
 
 class Engine {
@@ -27,6 +28,9 @@ class Engine {
   virtual uint64_t item_count() const = 0;
   virtual EngineStats stats() const = 0;
   virtual std::string name() const = 0;
+  // Writes a table kept outside the pool (GPU-memory placement) back to it, crash-safely.
+  // Engines that work in the pool have nothing to do.
+  virtual void save() {}
   // Clean shutdown: makes everything durable and marks the pool clean. Idempotent.
   virtual void close() = 0;
 };

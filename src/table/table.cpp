@@ -100,6 +100,8 @@ void Table::execute(const Batch& b) {
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", impl_->pool->path()));
   if (b.memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
     throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
+  if (reinterpret_cast<uintptr_t>(b.keys) % 8 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "malformed batch: keys must be 8-byte aligned", "keys");
   if (writes) {
     std::unique_lock lock(impl_->batches);
     impl_->engine->execute(b);
@@ -160,11 +162,18 @@ TableInfo Table::info() const {
   i.displacements = s.displacements;
   i.heap_grows = s.heap_grows;
   i.last_resize_seconds = s.last_resize_seconds;
+  i.last_batch_device_seconds = s.last_batch_device_seconds;
   return i;
+}
+
+void Table::save() {
+  std::unique_lock lock(impl_->batches);
+  impl_->engine->save();
 }
 
 CheckResult Table::check(int threads) const {
   std::unique_lock lock(impl_->batches);
+  impl_->engine->save();  // a GPU-memory table is checked as saved
   if (threads <= 0) threads = std::max(1, omp_get_max_threads());
   engine::CheckReport r = engine::check_table(*impl_->pool, threads, impl_->engine->item_count());
   return {r.ok, r.violation, r.items};

@@ -1,8 +1,8 @@
-// The one place a pool's runtime configuration picks a compiled instantiation.
+// The one place a pool's runtime configuration picks a compiled instantiation. (No fmt here:
+// nvcc compiles this header too and cannot evaluate fmt's compile-time format checks.)
 #pragma once
 
-#include <fmt/format.h>
-
+#include <string>
 #include <utility>
 
 #include "format/shape.h"
@@ -19,12 +19,12 @@ decltype(auto) dispatch(format::TableShape shape, uint32_t key_width, F&& f) {
       case 16: return f.template operator()<S, 16>();
       case 32: return f.template operator()<S, 32>();
     }
-    throw Error(ErrorCode::kInvalidArgument, fmt::format("key width {} is not compiled in", key_width));
+    throw Error(ErrorCode::kInvalidArgument, "key width " + std::to_string(key_width) + " is not compiled in");
   };
   if (shape == format::TableShape{2, 2, 8}) return by_width.template operator()<format::Shape<2, 2, 8>>();
   if (shape == format::TableShape{4, 2, 4}) return by_width.template operator()<format::Shape<4, 2, 4>>();
   if (shape == format::TableShape{1, 4, 8}) return by_width.template operator()<format::Shape<1, 4, 8>>();
-  throw Error(ErrorCode::kInvalidArgument, fmt::format("shape {} is not compiled in", to_string(shape)));
+  throw Error(ErrorCode::kInvalidArgument, "shape " + to_string(shape) + " is not compiled in");
 }
 
 }  // namespace gphash::engine

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "engines/common/crash_point.h"
 #include "format/shape.h"
 #include "gphash/error.h"
 
@@ -86,7 +87,9 @@ void TableMeta::begin_resize() {
     throw Error(ErrorCode::kNoSpace, fmt::format("table cannot grow past level {}", format::kMaxLevel));
   h.level_offset[new_top] = pool_.allocate_extent(h, format::level_bytes(h, new_top));
   h.resize_state = format::kResizeRehashing;
+  GPHASH_CRASH_POINT("resize.begin.before_header");
   pool_.write_header(h);
+  GPHASH_CRASH_POINT("resize.begin.after_header");
 }
 
 void TableMeta::finish_resize() {
@@ -97,7 +100,9 @@ void TableMeta::finish_resize() {
   h.level_offset[old_bottom] = 0;
   h.bottom_level = old_bottom + 1;
   h.resize_state = format::kResizeNone;
+  GPHASH_CRASH_POINT("resize.finish.before_header");
   pool_.write_header(h);
+  GPHASH_CRASH_POINT("resize.finish.after_header");
   pool_.release_extent(old_offset, old_bytes);
 }
 
@@ -109,7 +114,9 @@ void TableMeta::grow_heap() {
   h.heap_chunk_offset[h.heap_chunk_count] =
       pool_.allocate_extent(h, g.chunk_cells(h.heap_chunk_count) * h.cell_size);
   ++h.heap_chunk_count;
+  GPHASH_CRASH_POINT("heap.grow.before_header");
   pool_.write_header(h);
+  GPHASH_CRASH_POINT("heap.grow.after_header");
 }
 
 void TableMeta::mark_open_dirty() {

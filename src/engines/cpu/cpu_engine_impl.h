@@ -9,6 +9,7 @@
 #include <chrono>
 #include <vector>
 
+#include "engines/common/crash_point.h"
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cpu_table.h"
 #include "engines/engine.h"
@@ -263,10 +264,14 @@ class CpuEngine final : public Engine {
   }
 
   void recover() {
+    GPHASH_CRASH_POINT("recovery.begin");
     table_.resolve_move_record();
+    GPHASH_CRASH_POINT("recovery.after_resolve_move");
     table_.clear_inserting(threads_);
+    GPHASH_CRASH_POINT("recovery.after_clear_inserting");
     if (meta_.header().resize_state == format::kResizeRehashing) {
       table_.rehash_bottom(threads_);
+      GPHASH_CRASH_POINT("recovery.after_rehash");
       meta_.finish_resize();
       table_.refresh();
     }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "engines/common/crash_point.h"
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cell_allocator.h"
 #include "engines/cpu/memory.h"
@@ -121,6 +122,7 @@ class CpuTable {
           uint64_t expected = p.published;
           if (!Memory::cas(state_word(at), expected, format::kSlotEmpty)) continue;  // changed under us: rescan
           mem_.persist(state_word(at), 8);
+          GPHASH_CRASH_POINT("erase.after_cas");
           if (has_heap_) cells_.release(tid, Memory::load(value_word(at)));
           --count_delta;
           return finish(Outcome::kOk);
@@ -138,6 +140,7 @@ class CpuTable {
       }
       uint64_t expected = format::kSlotEmpty;
       if (!Memory::cas(state_word(s.free), expected, format::kSlotInserting)) continue;  // another insert took it
+      GPHASH_CRASH_POINT("insert.after_claim");
       link(s.free, p, word);
       cell = kNoCell;
       ++count_delta;
@@ -188,9 +191,11 @@ class CpuTable {
           unplaced.store(true);
           continue;
         }
+        GPHASH_CRASH_POINT("rehash.after_copy_up");
         uint64_t expected = state;
         Memory::cas(state_word(from), expected, format::kSlotEmpty);
         mem_.persist(state_word(from), 8);
+        GPHASH_CRASH_POINT("rehash.after_clear");
       }
     }
     if (unplaced.load())
@@ -205,6 +210,7 @@ class CpuTable {
       if (Memory::load(state_word(at)) == format::kSlotInserting) {
         Memory::store(state_word(at), format::kSlotEmpty);
         mem_.persist(state_word(at), 8);
+        GPHASH_CRASH_POINT("recovery.after_clear_inserting_slot");
       }
     });
   }
@@ -223,9 +229,11 @@ class CpuTable {
     if (format::is_published(fs) && fs == ts && same_key(f, t)) {
       Memory::store(state_word(f), format::kSlotEmpty);  // the copy is complete: drop the original
       mem_.persist(state_word(f), 8);
+      GPHASH_CRASH_POINT("recovery.after_drop_move_source");
     }
     Memory::store(&rec->move_state, format::kMoveIdle);
     mem_.persist(&rec->move_state, 8);
+    GPHASH_CRASH_POINT("recovery.after_move_record_idle");
   }
 
   // Counts published slots and marks the heap cells they reference (one bit per cell). A
@@ -364,6 +372,7 @@ class CpuTable {
     std::byte* dst = cell_at(cell);
     Memory::copy(dst, value, value_width_);
     mem_.persist(dst, value_width_);
+    GPHASH_CRASH_POINT("heap.after_cell_write");
     return cell;
   }
 
@@ -381,6 +390,7 @@ class CpuTable {
     while (!Memory::cas(vw, old, desired)) {
     }
     mem_.persist(vw, 8);
+    GPHASH_CRASH_POINT("update.after_value_cas");
     if (has_heap_) {
       cells_.release(tid, old);
       cell = kNoCell;
@@ -402,11 +412,14 @@ class CpuTable {
     if constexpr (!Layout::kKeyIsState) {
       Memory::copy(key_bytes(at), p.key, KeyWidth);
       mem_.persist(key_bytes(at), KeyWidth);
+      GPHASH_CRASH_POINT("link.after_key");
     }
     Memory::store(value_word(at), value_word_bits);
     mem_.persist(value_word(at), 8);
+    GPHASH_CRASH_POINT("link.after_value_word");
     Memory::store(state_word(at), p.published);
     mem_.persist(state_word(at), 8);
+    GPHASH_CRASH_POINT("link.after_publish");
   }
 
   void load_probe(const SlotRef& at, uint64_t state, Probe& p) const {
@@ -428,6 +441,7 @@ class CpuTable {
       if (!s.has_free) return false;
       uint64_t expected = format::kSlotEmpty;
       if (!Memory::cas(state_word(s.free), expected, format::kSlotInserting)) continue;
+      GPHASH_CRASH_POINT("rehash.after_claim");
       link(s.free, item, Memory::load(value_word(from)));
       return true;
     }
@@ -438,17 +452,23 @@ class CpuTable {
     Memory::store(&rec->move_from, format::pack(from.address()));
     Memory::store(&rec->move_to, format::pack(to.address()));
     mem_.persist(rec, sizeof *rec);
+    GPHASH_CRASH_POINT("move.after_addresses");
     Memory::store(&rec->move_state, format::kMoveInProgress);
     mem_.persist(&rec->move_state, 8);
+    GPHASH_CRASH_POINT("move.after_record");
     uint64_t expected = format::kSlotEmpty;
     if (!Memory::cas(state_word(to), expected, format::kSlotInserting))
       throw Error(ErrorCode::kCorruptTable, "a displacement target changed during an exclusive move");
+    GPHASH_CRASH_POINT("move.after_claim");
     link(to, item, Memory::load(value_word(from)));
+    GPHASH_CRASH_POINT("move.after_link");
     expected = item.published;
     Memory::cas(state_word(from), expected, format::kSlotEmpty);
     mem_.persist(state_word(from), 8);
+    GPHASH_CRASH_POINT("move.after_clear_source");
     Memory::store(&rec->move_state, format::kMoveIdle);
     mem_.persist(&rec->move_state, 8);
+    GPHASH_CRASH_POINT("move.after_record_idle");
   }
 
   template <class F>

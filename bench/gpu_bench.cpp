@@ -1,0 +1,412 @@
+// The GPU engine's benchmark (issue 3, item 7). Every table is much larger than the 50 MB L2.
+// Figures: operations over device time (CUDA events around each batch's kernels and
+// device-side copies); "wall" figures also include the host call. Sections:
+//   platform  HBM random reads (the reference figure of DESIGN.md)
+//   hbm       GPU-memory placement, 8-byte keys and values: insert / search / negative search
+//             at load factors 0.5, 0.8, 0.9, against the cuco figures of the issue
+//   mapped    host-mapped placement, 32-byte keys, 128-byte values: each operation against the
+//             measured ceiling of the host accesses it makes
+//   kernels   YCSB LOAD and A with warp-cooperative, warp-direct and one-thread-per-op kernels
+//   resize    resize time against table size
+//   recovery  recovery time against pool size, GPU and CPU engine
+#include <cuda_runtime.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "bench_kernels.h"
+#include "gphash/table.h"
+#include "workload/records.h"
+#include "ycsb_runner.h"
+
+extern char** environ;
+
+namespace gphash::bench {
+namespace {
+
+using nlohmann::json;
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <class T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  explicit DeviceArray(size_t n) { check(cudaMalloc(&ptr, n * sizeof(T)), "cudaMalloc"); }
+  ~DeviceArray() { cudaFree(ptr); }
+};
+
+OpenOptions gpu_options(Placement placement, GpuKernels kernels = GpuKernels::kWarp) {
+  OpenOptions o;
+  o.engine = EngineKind::kGpu;
+  o.placement = placement;
+  o.gpu_kernels = kernels;
+  return o;
+}
+
+std::vector<std::string> summary;  // printed last
+void say(const std::string& line) {
+  fmt::print("{}\n", line);
+  std::fflush(stdout);
+  summary.push_back(line);
+}
+
+// Runs one batch whose arrays are in GPU memory; returns device seconds.
+double device_batch(Table& t, Op op, size_t n, const void* keys, const void* values, void* out, OpStatus* status) {
+  Batch b;
+  b.size = n;
+  b.key_width = t.key_width();
+  b.value_width = t.value_width();
+  b.op = op;
+  b.keys = keys;
+  b.values = values;
+  b.values_out = out;
+  b.status = status;
+  b.memory = MemorySpace::kDevice;
+  t.execute(b);
+  return t.info().last_batch_device_seconds;
+}
+
+size_t count_not(const OpStatus* device_status, size_t n, OpStatus want) {
+  std::vector<OpStatus> s(n);
+  check(cudaMemcpy(s.data(), device_status, n, cudaMemcpyDeviceToHost), "status");
+  size_t bad = 0;
+  for (OpStatus x : s) bad += x != want;
+  return bad;
+}
+
+// ---- hbm: GPU-memory placement, 8-byte keys and values -------------------------------------
+json section_hbm(uint32_t bottom_level, size_t batch) {
+  const uint64_t slots = uint64_t{24} << bottom_level;  // 2L-2H-8S: 3 * 2^bottom buckets of 8
+  const uint64_t capacity = slots * 9 / 10 - 1;
+  const std::string pool = "mem:";
+  Table t = Table::create(pool, {8, 8, {2, 2, 8}, capacity, 77}, gpu_options(Placement::kGpuMemory));
+  TableInfo info = t.info();
+  say(fmt::format("hbm: GPU-memory table, 2L-2H-8S, 8-byte keys and values, {} slots = {:.2f} GB (+{:.0f} MB tag mirror)",
+                  info.slots, info.slots * 16 / 1e9, (uint64_t{1} << bottom_level) * 32 / 1e6));
+  DeviceArray<uint64_t> keys(batch), values(batch), out(batch);
+  DeviceArray<OpStatus> status(batch);
+  const uint64_t seed = 0xC0FFEE;
+  uint64_t inserted = 0;
+  json rows = json::array();
+  const double cuco[3][3] = {{9.5, 18.7, 15.9}, {7.0, 14.0, 5.1}, {5.0, 9.6, 1.45}};
+  const double lfs[3] = {0.5, 0.8, 0.9};
+  for (int phase = 0; phase < 3; ++phase) {
+    const uint64_t target = static_cast<uint64_t>(lfs[phase] * slots);
+    double insert_seconds = 0;
+    uint64_t phase_inserts = 0;
+    size_t failed = 0;
+    while (inserted < target) {
+      const size_t n = std::min<uint64_t>(batch, target - inserted);
+      fill_keys(keys.ptr, n, seed, inserted);
+      fill_keys(values.ptr, n, seed + 1, inserted);
+      insert_seconds += device_batch(t, Op::kInsert, n, keys.ptr, values.ptr, nullptr, status.ptr);
+      failed += count_not(status.ptr, n, OpStatus::kOk);
+      inserted += n;
+      phase_inserts += n;
+    }
+    // Positive search: a batch of inserted keys spread over all inserted so far.
+    const size_t n = std::min<uint64_t>(batch, inserted);
+    fill_keys(keys.ptr, n, seed, inserted - n);
+    device_batch(t, Op::kSearch, n, keys.ptr, nullptr, out.ptr, status.ptr);  // warm-up
+    const double hit = device_batch(t, Op::kSearch, n, keys.ptr, nullptr, out.ptr, status.ptr);
+    const size_t missing = count_not(status.ptr, n, OpStatus::kOk);
+    fill_keys(keys.ptr, n, seed, uint64_t{1} << 40);  // never inserted
+    const double miss = device_batch(t, Op::kSearch, n, keys.ptr, nullptr, out.ptr, status.ptr);
+    const size_t phantom = count_not(status.ptr, n, OpStatus::kNotFound);
+    info = t.info();
+    const double ins_rate = phase_inserts / insert_seconds / 1e9, hit_rate = n / hit / 1e9, miss_rate = n / miss / 1e9;
+    say(fmt::format("hbm: load {:.2f}: insert {:.2f} G/s ({:.2f}x cuco), search {:.2f} G/s ({:.2f}x), negative "
+                    "{:.2f} G/s ({:.2f}x); failed inserts {}, missing {}, phantom {}, resizes {}",
+                    info.load_factor, ins_rate, ins_rate / cuco[phase][0], hit_rate, hit_rate / cuco[phase][1],
+                    miss_rate, miss_rate / cuco[phase][2], failed, missing, phantom, info.resizes));
+    rows.push_back({{"load_factor", info.load_factor},
+                    {"insert_gops", ins_rate},
+                    {"search_gops", hit_rate},
+                    {"negative_search_gops", miss_rate},
+                    {"cuco_insert_search_negative", {cuco[phase][0], cuco[phase][1], cuco[phase][2]}},
+                    {"failed_inserts", failed},
+                    {"missing", missing},
+                    {"phantom", phantom},
+                    {"resizes", info.resizes},
+                    {"displacements", info.displacements}});
+  }
+  return {{"slots", slots}, {"table_bytes", slots * 16}, {"batch", batch}, {"phases", rows}};
+}
+
+// ---- mapped: host-mapped placement, 32-byte keys, 128-byte values --------------------------
+json section_mapped(size_t items, size_t batch) {
+  const std::string pool = "/dev/shm/gphash-bench-mapped";
+  std::remove(pool.c_str());
+  OpenOptions o = gpu_options(Placement::kHostMapped);
+  o.replace = true;
+  Table t = Table::create(pool, {32, 128, {2, 2, 8}, items + items / 8, 5}, o);
+  const size_t kw = 4, vw = 128;
+  DeviceArray<uint64_t> keys(batch * kw);
+  DeviceArray<unsigned char> values(batch * vw), out(batch * vw);
+  DeviceArray<OpStatus> status(batch);
+  auto fill = [&](size_t n, uint64_t first) {
+    fill_keys(keys.ptr, n * kw, 0xABCD, first * kw);
+    fill_keys(reinterpret_cast<uint64_t*>(values.ptr), n * vw / 8, 0xBEEF, first * vw / 8);
+  };
+  double load_seconds = 0;
+  for (size_t at = 0; at < items; at += batch) {
+    const size_t n = std::min(batch, items - at);
+    fill(n, at);
+    load_seconds += device_batch(t, Op::kInsert, n, keys.ptr, values.ptr, nullptr, status.ptr);
+  }
+  TableInfo info = t.info();
+  const size_t n = std::min(batch, items);
+  auto timed = [&](Op op, uint64_t first, OpStatus want, size_t* bad) {
+    fill(n, first);
+    const double s = device_batch(t, op, n, keys.ptr, values.ptr, out.ptr, status.ptr);
+    *bad = count_not(status.ptr, n, want);
+    return n / s;
+  };
+  size_t bad_hit, bad_miss, bad_update, bad_erase, bad_insert;
+  const double hit = timed(Op::kSearch, items - n, OpStatus::kOk, &bad_hit);
+  const double miss = timed(Op::kSearch, uint64_t{1} << 36, OpStatus::kNotFound, &bad_miss);
+  const double update = timed(Op::kUpdate, items - n, OpStatus::kOk, &bad_update);
+  const double erase = timed(Op::kErase, items - n, OpStatus::kOk, &bad_erase);
+  const double insert = timed(Op::kInsert, items - n, OpStatus::kOk, &bad_insert);  // re-inserts what was erased
+
+  // The ceiling: the same host accesses at random places in a registered buffer as large as the
+  // pool's table and heap.
+  const size_t bytes = (info.slots * 48 + info.heap_cells * 128) & ~size_t{4095};
+  void* buffer = nullptr;
+  check(cudaHostAlloc(&buffer, bytes, cudaHostAllocMapped), "cudaHostAlloc");
+  std::memset(buffer, 1, bytes);
+  HostAccessPattern p_hit, p_update, p_erase, p_insert;
+  p_hit.reads[0] = 32, p_hit.reads[1] = 8, p_hit.reads[2] = 128;                        // key, value word, cell
+  p_update.reads[0] = 32, p_update.reads[1] = 8;                                         // key, old value word
+  p_update.writes[0] = 128, p_update.writes[1] = 8, p_update.fence_after = 0b11;         // new cell; value word
+  p_erase.reads[0] = 32, p_erase.reads[1] = 8, p_erase.writes[0] = 8, p_erase.fence_after = 1;  // state word
+  p_insert.writes[0] = 128, p_insert.writes[1] = 32, p_insert.writes[2] = 8, p_insert.writes[3] = 8;
+  p_insert.fence_after = 0b1101;  // cell | key, value word | state
+  const double c_hit = host_access_ceiling(buffer, bytes, p_hit, n);
+  const double c_update = host_access_ceiling(buffer, bytes, p_update, n);
+  const double c_erase = host_access_ceiling(buffer, bytes, p_erase, n);
+  const double c_insert = host_access_ceiling(buffer, bytes, p_insert, n);
+  cudaFreeHost(buffer);
+  say(fmt::format("mapped: host-mapped pool {}, 32-byte keys, 128-byte values, {} items, {:.2f} GB table + {:.2f} GB heap",
+                  pool, info.items, info.slots * 48 / 1e9, info.heap_cells * 128 / 1e9));
+  say(fmt::format("mapped: load {:.1f} M/s", items / load_seconds / 1e6));
+  auto line = [&](const char* op, double rate, double ceiling, size_t bad) {
+    say(fmt::format("mapped: {:<7} {:>7.1f} M/s  ceiling {:>7.1f} M/s  = {:>5.1f}%   (status errors {})", op, rate / 1e6,
+                    ceiling / 1e6, 100 * rate / ceiling, bad));
+  };
+  line("search", hit, c_hit, bad_hit);
+  say(fmt::format("mapped: {:<7} {:>7.1f} M/s  (no host access: the tag mirror answers)  (status errors {})", "miss",
+                  miss / 1e6, bad_miss));
+  line("update", update, c_update, bad_update);
+  line("erase", erase, c_erase, bad_erase);
+  line("insert", insert, c_insert, bad_insert);
+  CheckResult c = t.check();
+  say(fmt::format("mapped: check {}", c.ok ? "ok" : c.violation));
+  t.close();
+  std::remove(pool.c_str());
+  return {{"items", items},
+          {"table_bytes", info.slots * 48},
+          {"heap_bytes", info.heap_cells * 128},
+          {"load_mops", items / load_seconds / 1e6},
+          {"search_mops", hit / 1e6},
+          {"search_ceiling_mops", c_hit / 1e6},
+          {"negative_search_mops", miss / 1e6},
+          {"update_mops", update / 1e6},
+          {"update_ceiling_mops", c_update / 1e6},
+          {"erase_mops", erase / 1e6},
+          {"erase_ceiling_mops", c_erase / 1e6},
+          {"insert_mops", insert / 1e6},
+          {"insert_ceiling_mops", c_insert / 1e6},
+          {"check_ok", c.ok}};
+}
+
+// ---- kernels: warp-cooperative against one thread per operation -----------------------------
+json section_kernels(uint64_t records, size_t batch, uint32_t kw, uint32_t vw) {
+  json out = json::array();
+  const std::pair<GpuKernels, const char*> variants[] = {
+      {GpuKernels::kWarp, "warp"}, {GpuKernels::kWarpDirect, "warp-direct"}, {GpuKernels::kThread, "thread"}};
+  double warp_rate[2] = {0, 0};
+  for (auto [kernels, name] : variants) {
+    const std::string pool = "/dev/shm/gphash-bench-kernels";
+    OpenOptions o = gpu_options(Placement::kHostMapped, kernels);
+    o.replace = true;
+    Table t = Table::create(pool, {kw, vw, {2, 2, 8}, records / 8, 3}, o);
+    cli::RunOptions ro;
+    ro.batch_size = batch;
+    workload::WorkloadSpec load{workload::Workload::Load, records, 0, std::nullopt, 0.99, 1};
+    workload::WorkloadSpec a{workload::Workload::A, records, records, std::nullopt, 0.99, 2};
+    cli::RunResult rl = cli::run_workload(t, load, ro);
+    cli::RunResult ra = cli::run_workload(t, a, ro);
+    const double l = rl.device_ops_per_second(), r = ra.device_ops_per_second();
+    if (kernels == GpuKernels::kWarp) warp_rate[0] = l, warp_rate[1] = r;
+    say(fmt::format("kernels: {:<12} LOAD {:>7.1f} M/s (wall {:>6.1f}, {} resizes)  A {:>7.1f} M/s (wall {:>6.1f})  "
+                    "warp speedup LOAD {:.2f}x A {:.2f}x; not found {}, bad values {}",
+                    name, l / 1e6, rl.ops_per_second() / 1e6, rl.resizes, r / 1e6, ra.ops_per_second() / 1e6,
+                    warp_rate[0] / l, warp_rate[1] / r, ra.not_found, ra.bad_values));
+    out.push_back({{"kernels", name},
+                   {"load_mops", l / 1e6},
+                   {"load_wall_mops", rl.ops_per_second() / 1e6},
+                   {"a_mops", r / 1e6},
+                   {"a_wall_mops", ra.ops_per_second() / 1e6},
+                   {"a_not_found", ra.not_found},
+                   {"a_bad_values", ra.bad_values}});
+    t.close();
+    std::remove(pool.c_str());
+  }
+  return {{"records", records}, {"key_width", kw}, {"value_width", vw}, {"batch", batch}, {"variants", out}};
+}
+
+// ---- resize: time against table size -----------------------------------------------------
+json section_resize(uint64_t items, size_t batch, Placement placement) {
+  Table t = Table::create("mem:", {8, 8, {2, 2, 8}, 1 << 16, 8}, gpu_options(placement));
+  DeviceArray<uint64_t> keys(batch), status_keys(1);
+  DeviceArray<OpStatus> status(batch);
+  json rows = json::array();
+  uint64_t resizes = 0;
+  for (uint64_t at = 0; at < items; at += batch) {
+    const size_t n = std::min<uint64_t>(batch, items - at);
+    fill_keys(keys.ptr, n, 0x5EED, at);
+    device_batch(t, Op::kUpsert, n, keys.ptr, keys.ptr, nullptr, status.ptr);
+    const TableInfo info = t.info();
+    if (info.resizes != resizes) {
+      resizes = info.resizes;
+      rows.push_back({{"items", info.items}, {"slots_after", info.slots}, {"seconds", info.last_resize_seconds}});
+      say(fmt::format("resize ({}): to {} slots with ~{} items: {:.1f} ms", placement == Placement::kGpuMemory ? "gpu-memory" : "mapped",
+                      info.slots, info.items, 1e3 * info.last_resize_seconds));
+    }
+  }
+  return rows;
+}
+
+// ---- recovery: time against pool size ------------------------------------------------------
+// A child process loads the pool and exits without closing it: the pool is left dirty.
+void make_dirty(const std::string& self, const std::string& pool, uint64_t items, bool gpu) {
+  std::vector<std::string> args = {self, "--make-dirty", pool, "--items", std::to_string(items), "--dirty-engine",
+                                   gpu ? "gpu" : "cpu"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) throw std::runtime_error("spawn");
+  int st = 0;
+  waitpid(pid, &st, 0);
+}
+
+int make_dirty_main(const std::string& pool, uint64_t items, bool gpu) {
+  std::remove(pool.c_str());
+  OpenOptions o = gpu ? gpu_options(Placement::kHostMapped) : OpenOptions{};
+  Table t = Table::create(pool, {8, 8, {2, 2, 8}, items, 4}, o);
+  const size_t batch = 1 << 22;
+  std::vector<uint64_t> keys(batch);
+  std::vector<OpStatus> status(batch);
+  for (uint64_t at = 0; at < items; at += batch) {
+    const size_t n = std::min<uint64_t>(batch, items - at);
+    for (size_t i = 0; i < n; ++i) keys[i] = workload::key_word(at + i);
+    Batch b;
+    b.size = n, b.key_width = 8, b.value_width = 8, b.op = Op::kInsert;
+    b.keys = keys.data(), b.values = keys.data(), b.status = status.data();
+    t.execute(b);
+  }
+  std::fflush(stdout);
+  _exit(0);  // no close: the pool stays marked dirty, as after a crash
+}
+
+json section_recovery(const std::string& self, const std::vector<uint64_t>& sizes) {
+  json rows = json::array();
+  for (uint64_t items : sizes) {
+    const std::string pool = "/dev/shm/gphash-bench-recovery";
+    json row = {{"items", items}};
+    for (bool gpu : {true, false}) {
+      make_dirty(self, pool, items, true);
+      const auto t0 = std::chrono::steady_clock::now();
+      Table t = Table::open(pool, gpu ? gpu_options(Placement::kHostMapped) : OpenOptions{});
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const TableInfo info = t.info();
+      const bool ok = info.recovered && info.items == items;
+      say(fmt::format("recovery ({}): {} items, {:.1f} MB pool: {:.1f} ms (open incl. mapping {:.1f} ms){}", gpu ? "gpu" : "cpu",
+                      items, info.pool_bytes / 1e6, 1e3 * info.open_seconds, 1e3 * wall, ok ? "" : "  WRONG ITEM COUNT"));
+      row[gpu ? "gpu_seconds" : "cpu_seconds"] = info.open_seconds;
+      row[gpu ? "gpu_ok" : "cpu_ok"] = ok;
+    }
+    std::remove(pool.c_str());
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+}  // namespace gphash::bench
+
+int main(int argc, char** argv) {
+  using namespace gphash::bench;
+  CLI::App app{"gphash GPU benchmark"};
+  std::string sections = "platform,hbm,mapped,kernels,resize,recovery", json_path, dirty_pool, dirty_engine = "gpu";
+  uint32_t hbm_bottom = 22;
+  uint64_t mapped_items = 16'000'000, ycsb_records = 16'000'000, resize_items = 100'000'000, dirty_items = 0;
+  size_t batch = size_t{1} << 24, ycsb_batch = size_t{1} << 20;
+  uint32_t ycsb_key = 32, ycsb_value = 32;
+  std::vector<uint64_t> recovery_sizes = {1'000'000, 16'000'000, 64'000'000};
+  bool quick = false;
+  app.add_option("--sections", sections, "Comma-separated sections")->capture_default_str();
+  app.add_option("--json", json_path, "Write all results as JSON here");
+  app.add_option("--hbm-bottom-level", hbm_bottom, "hbm: bottom level (22 = 100M slots, 1.6 GB)")->capture_default_str();
+  app.add_option("--mapped-items", mapped_items)->capture_default_str();
+  app.add_option("--ycsb-records", ycsb_records)->capture_default_str();
+  app.add_option("--ycsb-key-width", ycsb_key)->capture_default_str();
+  app.add_option("--ycsb-value-width", ycsb_value)->capture_default_str();
+  app.add_option("--resize-items", resize_items)->capture_default_str();
+  app.add_option("--recovery-sizes", recovery_sizes)->capture_default_str();
+  app.add_option("--batch", batch)->capture_default_str();
+  app.add_option("--ycsb-batch", ycsb_batch)->capture_default_str();
+  app.add_flag("--quick", quick, "Small sizes: a smoke run");
+  app.add_option("--make-dirty", dirty_pool)->group("");
+  app.add_option("--items", dirty_items)->group("");
+  app.add_option("--dirty-engine", dirty_engine)->group("");
+  CLI11_PARSE(app, argc, argv);
+  if (!dirty_pool.empty()) return make_dirty_main(dirty_pool, dirty_items, dirty_engine == "gpu");
+  if (quick) {
+    hbm_bottom = 18, mapped_items = 500'000, ycsb_records = 500'000, resize_items = 2'000'000;
+    batch = 1 << 20, ycsb_batch = 1 << 16, recovery_sizes = {100'000, 1'000'000};
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device");
+  say(fmt::format("device: {} ({} SMs, {:.0f} MB L2, {:.1f} GB)", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6,
+                  prop.totalGlobalMem / 1e9));
+  nlohmann::json results = {{"device", prop.name}};
+  auto has = [&](const char* s) { return ("," + sections + ",").find(std::string(",") + s + ",") != std::string::npos; };
+  try {
+    if (has("platform")) {
+      const double r64 = device_random_reads(size_t{8} << 30 >> (quick ? 4 : 0), 64, size_t{1} << 28);
+      const double r32 = device_random_reads(size_t{8} << 30 >> (quick ? 4 : 0), 32, size_t{1} << 28);
+      say(fmt::format("platform: HBM random reads over 8 GB: 64 B {:.1f} G/s, 32 B {:.1f} G/s", r64 / 1e9, r32 / 1e9));
+      results["platform"] = {{"hbm_random_64B_gps", r64 / 1e9}, {"hbm_random_32B_gps", r32 / 1e9}};
+    }
+    if (has("hbm")) results["hbm"] = section_hbm(hbm_bottom, batch);
+    if (has("mapped")) results["mapped"] = section_mapped(mapped_items, batch);
+    if (has("kernels")) results["kernels"] = section_kernels(ycsb_records, ycsb_batch, ycsb_key, ycsb_value);
+    if (has("resize")) {
+      results["resize_gpu_memory"] = section_resize(resize_items, batch, gphash::Placement::kGpuMemory);
+      results["resize_mapped"] = section_resize(resize_items / 4, batch, gphash::Placement::kHostMapped);
+    }
+    if (has("recovery")) results["recovery"] = section_recovery(argv[0], recovery_sizes);
+  } catch (const std::exception& e) {
+    say(fmt::format("FAILED: {}", e.what()));
+    results["error"] = e.what();
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
+  fmt::print("\n==== summary ====\n");
+  for (const std::string& line : summary) fmt::print("{}\n", line);
+  return results.contains("error") ? 1 : 0;
+}

@@ -1,0 +1,261 @@
+// The batch kernel. The warp takes the plan positions of its 32 lanes. Runs of one operation
+// (almost all of them in practice) go through a pipelined path:
+//   phase 1, GPHash's one-shot warp access: for each operation in turn every lane reads one
+//     candidate slot's tag (or state word) and ballots name the candidates, the empty slots and
+//     the least-loaded bucket; the loads of 8 operations are issued before any is used, so a
+//     warp has 8 operations' reads in flight instead of one;
+//   phase 2: each lane, as its operation's activated thread, confirms candidates, claims a slot
+//     and performs the ordered stores, all lanes together, so the fences of 32 operations are
+//     one fence of the warp.
+// Whatever the pipelined path cannot finish simply (runs of several operations, duplicates, a
+// lost claim, no free slot or cell) goes through the serial warp-cooperative path (warp_ops).
+#pragma once
+
+#include "engines/gpu/warp_ops.cuh"
+
+namespace gphash::engine::gpu {
+
+// Cells for the lanes in `need`, one atomic per warp: from the free-cell stack first, then
+// never-used cells; kNoCell when the heap is exhausted.
+template <class T>
+__device__ uint64_t allocate_cells_warp(const T& t, uint32_t need, int lane) {
+  if (!need) return kNoCell;
+  const int leader = __ffs(need) - 1;
+  const unsigned count = __popc(need), rank = __popc(need & ((1u << lane) - 1));
+  unsigned long long base = 0, fresh = 0;
+  if (lane == leader) {
+    base = atomicAdd(&t.counters->cells_taken, static_cast<unsigned long long>(count));
+    const unsigned long long from_stack = base < t.heap.free_count ? t.heap.free_count - base : 0;
+    if (from_stack < count) fresh = atomicAdd(&t.counters->fresh_next, count - from_stack);
+  }
+  base = __shfl_sync(kFullMask, base, leader);
+  fresh = __shfl_sync(kFullMask, fresh, leader);
+  if (!(need >> lane & 1)) return kNoCell;
+  const unsigned long long k = base + rank;
+  if (k < t.heap.free_count) return t.heap.free_cells[t.heap.free_count - 1 - k];
+  const unsigned long long from_stack = base < t.heap.free_count ? t.heap.free_count - base : 0;
+  const unsigned long long f = fresh + (rank - from_stack);
+  return f < t.heap.capacity ? f : kNoCell;
+}
+
+template <Access A, class T>
+__global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
+  constexpr int kInFlight = 8;
+  const int lane = threadIdx.x & 31;
+  const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const bool head = pos < bv.n && (!bv.sort_keys || pos == 0 || bv.sort_keys[pos] != bv.sort_keys[pos - 1]);
+  const bool single = head && (!bv.sort_keys || pos + 1 >= bv.n || bv.sort_keys[pos + 1] != bv.sort_keys[pos]);
+  const uint32_t i = single ? bv.op_index(pos) : 0;
+  KeyProbe<T> mine{};
+  if (single) make_probe(t, bv.keys + size_t{i} * T::kKeyWords, mine);
+  const Op op = single ? bv.op(i) : Op::kSearch;
+  bool reserved = false;
+  if constexpr (T::Layout::kKeyIsState) reserved = single && format::is_reserved_key(mine.key[0]);
+  if (reserved) bv.status[i] = static_cast<uint8_t>(OpStatus::kReservedKey);
+  const uint32_t simple = __ballot_sync(kFullMask, single && !reserved);
+  const int s = lane % T::S, d = (lane / T::S) % T::L, j = lane / (T::S * T::L);
+  const uint32_t level = t.bottom + d;
+
+  // Phase 1.
+  uint32_t my_candidates = 0;
+  int my_target = -1;
+  uint64_t my_target_bucket = 0;
+  for (int base = 0; base < 32; base += kInFlight) {
+    if (!((simple >> base) & ((1u << kInFlight) - 1))) continue;
+    uint64_t seen[kInFlight], bucket_of[kInFlight];
+    bool live[kInFlight];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      uint64_t h[T::H];
+#pragma unroll
+      for (int x = 0; x < T::H; ++x) h[x] = __shfl_sync(kFullMask, mine.hash[x], base + k);
+      const uint64_t b = format::bucket_at(h[j], level);
+      bucket_of[k] = b;
+      live[k] = (simple >> (base + k)) & 1;
+#pragma unroll
+      for (int x = 0; x < T::H; ++x)
+        if (x < j && format::bucket_at(h[x], level) == b) live[k] = false;
+      if constexpr (A == Access::kMirror)
+        seen[k] = live[k] ? __ldcg(t.tags + t.tag_index(level, b, s)) : 1;
+      else
+        seen[k] = live[k] ? __ldcg(reinterpret_cast<const unsigned long long*>(T::state_word(t.bucket(level, b), s))) : 1;
+    }
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      uint64_t want;
+      if constexpr (A == Access::kMirror)
+        want = __shfl_sync(kFullMask, uint32_t(mine.tag), base + k);
+      else
+        want = __shfl_sync(kFullMask, mine.published, base + k);
+      const uint32_t candidates = __ballot_sync(kFullMask, live[k] && seen[k] == want);
+      const uint32_t occupied = __ballot_sync(kFullMask, live[k] && seen[k] != 0);
+      const uint32_t empty = __ballot_sync(kFullMask, live[k] && seen[k] == 0);
+      const uint32_t lanes = bucket_lanes<T::S>(lane);
+      unsigned score = ~0u;
+      if (s == 0 && live[k] && (empty & lanes))
+        score = (unsigned(__popc(occupied & lanes)) << 16) | (unsigned(T::L - 1 - d) << 8) | unsigned(j);
+      const unsigned best = __reduce_min_sync(kFullMask, score);
+      int target = -1;
+      uint64_t target_bucket = 0;
+      if (best != ~0u) {
+        const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
+        target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
+        target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
+      }
+      if (lane == base + k) my_candidates = candidates, my_target = target, my_target_bucket = target_bucket;
+    }
+  }
+
+  // Phase 2: each lane its own operation.
+  bool defer = false, found = false;
+  uint32_t f_level = 0;
+  uint64_t f_bucket = 0, f_value = 0;
+  int f_slot = 0, matches = 0;
+  if (simple >> lane & 1) {
+    uint64_t best_rank = ~0ull;
+    for (uint32_t c = my_candidates; c; c &= c - 1) {
+      const int cl = __ffs(c) - 1;
+      const int cs = cl % T::S, cd = (cl / T::S) % T::L, cj = cl / (T::S * T::L);
+      const uint32_t clevel = t.bottom + cd;
+      const uint64_t cb = format::bucket_at(mine.hash[cj], clevel);
+      std::byte* bucket = t.bucket(clevel, cb);
+      bool match;
+      if constexpr (T::Layout::kKeyIsState) {
+        match = A == Access::kDirect || load_volatile(T::state_word(bucket, cs)) == mine.published;
+      } else {
+        const uint64_t* k = T::key_words(bucket, cs);
+        match = true;
+#pragma unroll
+        for (int w = 0; w < T::kKeyWords; ++w) match &= k[w] == mine.key[w];
+      }
+      if (!match) continue;
+      ++matches;
+      const uint64_t rank = (uint64_t(format::kMaxLevel - clevel) << 58) | (cb << 6) | cs;
+      if (rank < best_rank) best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cs;
+    }
+    found = matches > 0;
+    if (matches > 1) defer = true;  // duplicates: the serial path removes them
+    if (found && !defer) f_value = load_volatile(T::value_word(t.bucket(f_level, f_bucket), f_slot));
+    if (!defer) {
+      if (op == Op::kSearch || (found && op == Op::kInsert) || (!found && (op == Op::kUpdate || op == Op::kErase)))
+        bv.status[i] = static_cast<uint8_t>(status_of(op, found));
+      else if (!found && my_target < 0)
+        defer = true;  // no free slot: the serial path hands it to the slow path
+    }
+  }
+  const bool writes_new = (simple >> lane & 1) && !defer && !found && (op == Op::kInsert || op == Op::kUpsert);
+  const bool writes_value = (simple >> lane & 1) && !defer && found && (op == Op::kUpdate || op == Op::kUpsert);
+  const bool erases = (simple >> lane & 1) && !defer && found && op == Op::kErase;
+
+  // New value words: inline values, or cells allocated for the warp at once and filled together.
+  uint64_t word = 0;
+  if (writes_new || writes_value) word = t.has_heap ? 0 : read_inline_value(bv.value(i), bv.value_width);
+  if (t.has_heap) {
+    word = allocate_cells_warp(t, __ballot_sync(kFullMask, writes_new || writes_value), lane);
+    if ((writes_new || writes_value) && word == kNoCell) defer = true;
+    uint32_t fill = __ballot_sync(kFullMask, (writes_new || writes_value) && word != kNoCell);
+    while (fill) {
+      const int src = __ffs(fill) - 1;
+      fill &= fill - 1;
+      const uint64_t cell = __shfl_sync(kFullMask, word, src);
+      const uint32_t op_index = __shfl_sync(kFullMask, i, src);
+      if (lane == 0) t.before_persistent_store();
+      warp_copy(t.cell(cell), bv.value(op_index), bv.value_width, lane);
+    }
+    t.persist_barrier();
+  }
+  // Claims and new slots.
+  const int td = (my_target / T::S) % T::L;
+  const uint32_t t_level = t.bottom + td;
+  const int t_slot = my_target % T::S;
+  bool claimed = false;
+  if (writes_new && !defer) {
+    if constexpr (A == Access::kMirror) {
+      LaneSlot<T> ls;
+      ls.tag_index = t.tag_index(t_level, my_target_bucket, t_slot);
+      claimed = claim_slot<A>(t, ls);
+    } else {
+      LaneSlot<T> ls;
+      ls.level = t_level, ls.bucket = my_target_bucket, ls.slot = t_slot;
+      claimed = claim_slot<A>(t, ls);
+    }
+    if (!claimed) {
+      defer = true;
+      if (t.has_heap) release_cell(t, word);
+    }
+  }
+  std::byte* tb = claimed ? t.bucket(t_level, my_target_bucket) : nullptr;
+  if (claimed) {
+    if constexpr (!T::Layout::kKeyIsState) {
+      t.before_persistent_store();
+      uint64_t* k = T::key_words(tb, t_slot);
+#pragma unroll
+      for (int w = 0; w < T::kKeyWords; ++w) k[w] = mine.key[w];
+    }
+    t.before_persistent_store();
+    store_volatile(T::value_word(tb, t_slot), word);
+  }
+  // Updates and erases of found copies.
+  std::byte* fb = (writes_value || erases) && !defer ? t.bucket(f_level, f_bucket) : nullptr;
+  if (writes_value && !defer) {
+    t.before_persistent_store();
+    store_volatile(T::value_word(fb, f_slot), word);
+  }
+  if (erases) {
+    t.before_persistent_store();
+    store_volatile(T::state_word(fb, f_slot), format::kSlotEmpty);
+  }
+  t.persist_barrier();
+  if (claimed) {
+    t.before_persistent_store();
+    store_volatile(T::state_word(tb, t_slot), mine.published);
+  }
+  t.persist_barrier();
+  if constexpr (A == Access::kMirror) {
+    if (claimed) {
+      unsigned shift;
+      uint32_t* w = tag_word(t, t.tag_index(t_level, my_target_bucket, t_slot), &shift);
+      atomicXor(w, uint32_t(1u ^ mine.tag) << shift);
+    }
+    if (erases) {
+      unsigned shift;
+      uint32_t* w = tag_word(t, t.tag_index(f_level, f_bucket, f_slot), &shift);
+      atomicXor(w, uint32_t(mine.tag) << shift);
+    }
+  }
+  if (t.has_heap && ((writes_value && !defer) || erases)) release_cell(t, f_value);
+  if ((claimed || ((writes_value && !defer)) || erases) && (simple >> lane & 1)) bv.status[i] = static_cast<uint8_t>(OpStatus::kOk);
+  long long delta = int(claimed) - int(erases);
+
+  // Search results: inline values by each lane, heap cells copied by the warp together.
+  if ((simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i) && !t.has_heap)
+    write_inline_value(bv.out(i), f_value, bv.value_width);
+  if (t.has_heap) {
+    uint32_t copies = __ballot_sync(kFullMask, (simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i));
+    while (copies) {
+      const int src = __ffs(copies) - 1;
+      copies &= copies - 1;
+      const uint64_t cell = __shfl_sync(kFullMask, f_value, src);
+      const uint32_t op_index = __shfl_sync(kFullMask, i, src);
+      warp_copy(bv.out(op_index), t.cell(cell), bv.value_width, lane);
+    }
+  }
+
+  // The serial warp-cooperative path: runs of several operations and deferred ones.
+  uint32_t work = __ballot_sync(kFullMask, (head && !single) || ((simple >> lane & 1) && defer));
+  WarpOps<A, T> ops{t, bv, lane, delta};
+  while (work) {
+    const int leader = __ffs(work) - 1;
+    work &= work - 1;
+    const size_t begin = __shfl_sync(kFullMask, pos, leader);
+    const size_t end = run_end(bv, begin, lane);
+    size_t resume = begin;
+    const RunResult r = ops.run(begin, end, SlowPathFlags{}, &resume);
+    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(t, bv, resume, r);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) delta += __shfl_xor_sync(kFullMask, delta, o);
+  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+}
+
+}  // namespace gphash::engine::gpu

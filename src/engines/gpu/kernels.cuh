@@ -1,0 +1,235 @@
+// The GPU engine's kernels. Host code launches them from gpu_engine.cu.
+#pragma once
+
+#include "engines/gpu/thread_ops.cuh"
+#include "engines/gpu/warp_ops.cuh"
+
+namespace gphash::engine::gpu {
+
+
+// End of the run starting at sorted position `begin`: the first position with another prefix.
+__device__ inline size_t run_end(const BatchView& bv, size_t begin, int lane) {
+  if (!bv.sort_keys) return begin + 1;
+  const uint32_t key = bv.sort_keys[begin];
+  if (begin + 1 >= bv.n || bv.sort_keys[begin + 1] != key) return begin + 1;
+  for (size_t base = begin + 1;; base += 32) {
+    const size_t pos = base + lane;
+    const uint32_t differs = __ballot_sync(kFullMask, pos >= bv.n || bv.sort_keys[pos] != key);
+    if (differs) return base + __ffs(differs) - 1;
+  }
+}
+
+template <class T>
+__device__ void hand_to_slow_path(const T& t, const BatchView& bv, size_t resume, RunResult why) {
+  const unsigned long long k = atomicAdd(&t.counters->pending, 1ull);
+  bv.pending[k] = static_cast<uint32_t>(resume);
+  atomicAdd(why == RunResult::kNeedCell ? &t.counters->pending_cell : &t.counters->pending_slot, 1ull);
+}
+
+}  // namespace gphash::engine::gpu
+
+#include "engines/gpu/fast_ops.cuh"
+
+namespace gphash::engine::gpu {
+
+// After the table or heap grew: the runs handed to the slow path, again in parallel. New
+// failures go to bv.pending (the other buffer).
+template <Access A, class T>
+__global__ void __launch_bounds__(256) rerun_kernel(T t, BatchView bv, const uint32_t* entries, uint64_t count,
+                                                    SlowPathFlags flags) {
+  const int lane = threadIdx.x & 31;
+  const uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  uint32_t work = __ballot_sync(kFullMask, k < count);
+  long long delta = 0;
+  WarpOps<A, T> ops{t, bv, lane, delta};
+  while (work) {
+    const int leader = __ffs(work) - 1;
+    work &= work - 1;
+    const size_t begin = entries[__shfl_sync(kFullMask, k, leader)];
+    const size_t end = run_end(bv, begin, lane);
+    size_t resume = begin;
+    const RunResult r = ops.run(begin, end, flags, &resume);
+    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(t, bv, resume, r);
+  }
+  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) thread_batch_kernel(T t, BatchView bv) {
+  const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (pos >= bv.n) return;
+  if (bv.sort_keys && pos > 0 && bv.sort_keys[pos] == bv.sort_keys[pos - 1]) return;
+  size_t end = pos + 1;
+  if (bv.sort_keys)
+    while (end < bv.n && bv.sort_keys[end] == bv.sort_keys[pos]) ++end;
+  long long delta = 0;
+  ThreadOps<T> ops{t, bv, delta};
+  const RunResult r = ops.run(pos, end);
+  if (r != RunResult::kDone) hand_to_slow_path(t, bv, pos, r);
+  if (delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+}
+
+// The exclusive slow path: one warp works through the pending runs in order, displacing items
+// where allowed. It stops at the first run that needs a resize or a larger heap and reports
+// where; the host provides that and launches it again from there.
+template <Access A, class T>
+__global__ void slow_path_kernel(T t, BatchView bv, uint32_t* entries, uint64_t first, uint64_t count,
+                                 SlowPathFlags flags) {
+  const int lane = threadIdx.x & 31;
+  long long delta = 0;
+  WarpOps<A, T> ops{t, bv, lane, delta};
+  int result = static_cast<int>(RunResult::kDone);
+  for (uint64_t k = first; k < count; ++k) {
+    const size_t begin = entries[k];
+    const size_t end = run_end(bv, begin, lane);
+    size_t resume = begin;
+    const RunResult r = ops.run(begin, end, flags, &resume);
+    if (r != RunResult::kDone) {
+      if (lane == 0) {
+        entries[k] = static_cast<uint32_t>(resume);
+        t.counters->stopped_at = k;
+      }
+      result = static_cast<int>(r);
+      break;
+    }
+  }
+  if (lane == 0) {
+    t.counters->slow_result = result;
+    if (delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+  }
+}
+
+// The plan: each operation's hash prefix (top 32 bits of its first hash: equal keys get equal
+// prefixes, and sorting by it also sorts by top-level bucket, which helps locality).
+template <class T>
+__global__ void plan_kernel(T t, const uint64_t* keys, size_t n, uint32_t* prefix, uint32_t* index) {
+  const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  uint64_t key[T::kKeyWords];
+#pragma unroll
+  for (int w = 0; w < T::kKeyWords; ++w) key[w] = keys[i * T::kKeyWords + w];
+  prefix[i] = static_cast<uint32_t>(format::xxh64_words<T::kKeyWords>(key, t.seed[0]) >> 32);
+  index[i] = static_cast<uint32_t>(i);
+}
+
+// A pass over every slot of one level: recovery clears INSERTING slots; it counts items, marks
+// the heap cells they reference (a reference outside the heap or a shared cell is corruption)
+// and writes the tag mirror.
+template <class T>
+__global__ void scan_level_kernel(T t, uint32_t level, bool recover, bool build_mirror, uint32_t* cell_bits,
+                                  ScanCounters* out) {
+  const uint64_t slot_index = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const uint64_t slots = format::level_buckets(level) * T::S;
+  const bool in_range = slot_index < slots;
+  bool published = false;
+  if (in_range) {
+    const uint64_t b = slot_index / T::S;
+    const int s = static_cast<int>(slot_index % T::S);
+    std::byte* bucket = t.bucket(level, b);
+    uint64_t state = load_volatile(T::state_word(bucket, s));
+    if (recover && state == format::kSlotInserting) {
+      store_volatile(T::state_word(bucket, s), format::kSlotEmpty);
+      t.persist_barrier();
+      state = format::kSlotEmpty;
+    }
+    published = format::is_published(state);
+    if (published && t.has_heap && cell_bits) {
+      const uint64_t cell = load_volatile(T::value_word(bucket, s));
+      if (cell >= t.heap.capacity) {
+        atomicAdd(&out->corrupt, 1ull);
+      } else {
+        const uint32_t bit = 1u << (cell % 32);
+        if (atomicOr(&cell_bits[cell / 32], bit) & bit) atomicAdd(&out->corrupt, 1ull);
+        atomicMax(&out->highest_cell, cell + 1);
+      }
+    }
+    if (build_mirror) {
+      uint8_t tag = 0;
+      if (published) {
+        uint64_t fp = state;
+        if constexpr (T::Layout::kKeyIsState) {
+          const uint64_t key = format::decode_key_word(state);
+          fp = format::fingerprint(format::xxh64_words<1>(&key, t.seed[0]), format::xxh64_words<1>(&key, t.seed[T::H - 1]));
+        }
+        tag = format::tag_of(fp);
+      }
+      t.tags[t.tag_index(level, b, s)] = tag;
+    }
+  }
+  const uint32_t count = __popc(__ballot_sync(kFullMask, published));
+  if ((threadIdx.x & 31) == 0 && count) atomicAdd(&out->items, static_cast<unsigned long long>(count));
+}
+
+// Resize: every item of the old bottom level moves into the levels above it. `upper` is the
+// table seen from one level up (bottom = old bottom + 1, the new top included). Idempotent: an
+// item already copied up is only cleared below, so an interrupted resize resumes by running
+// this again.
+template <class T>
+__global__ void rehash_kernel(T upper, uint32_t old_level, ScanCounters* out) {
+  const int lane = threadIdx.x & 31;
+  const uint64_t slot_index = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const uint64_t slots = format::level_buckets(old_level) * T::S;
+  std::byte* bucket = nullptr;
+  int s = 0;
+  uint64_t state = 0;
+  if (slot_index < slots) {
+    bucket = upper.level[old_level] + (slot_index / T::S) * T::Layout::kBytes;
+    s = static_cast<int>(slot_index % T::S);
+    state = load_volatile(T::state_word(bucket, s));
+  }
+  uint32_t work = __ballot_sync(kFullMask, format::is_published(state));
+  while (work) {
+    const int src = __ffs(work) - 1;
+    work &= work - 1;
+    uint64_t key[T::kKeyWords];
+#pragma unroll
+    for (int w = 0; w < T::kKeyWords; ++w) {
+      uint64_t v = 0;
+      if (lane == src) v = T::Layout::kKeyIsState ? format::decode_key_word(state) : T::key_words(bucket, s)[w];
+      key[w] = __shfl_sync(kFullMask, v, src);
+    }
+    const uint64_t value = __shfl_sync(kFullMask, lane == src ? load_volatile(T::value_word(bucket, s)) : 0, src);
+    KeyProbe<T> p;
+    make_probe(upper, key, p);
+    LaneSlot<T> ls = lane_slot(upper, p, lane);
+    bool placed = false;
+    for (;;) {
+      const WarpProbe r = warp_probe<Access::kDirect>(upper, p, ls, lane);
+      if (r.found) {
+        placed = true;  // copied by an earlier, interrupted attempt
+        break;
+      }
+      if (r.target < 0) break;
+      const bool claimed = lane == r.target && claim_slot<Access::kDirect>(upper, ls);
+      if (claimed) link_slot<Access::kDirect>(upper, ls.level, ls.bucket, ls.slot, 0, p.key, p.published, p.tag, value);
+      if (__any_sync(kFullMask, claimed)) {
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) {
+      if (lane == 0) atomicAdd(&out->corrupt, 1ull);
+      continue;
+    }
+    if (lane == src) {
+      upper.before_persistent_store();
+      store_volatile(T::state_word(bucket, s), format::kSlotEmpty);
+      upper.persist_barrier();
+    }
+  }
+}
+
+// At open: every heap cell below `limit` that no slot references is free.
+__global__ inline void collect_free_cells_kernel(const uint32_t* bits, uint64_t limit, uint64_t* out,
+                                                 unsigned long long* count) {
+  const uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < limit && !((bits[i / 32] >> (i % 32)) & 1)) out[atomicAdd(count, 1ull)] = i;
+}
+
+// After a batch: the cells it freed join the free-cell stack.
+__global__ inline void append_cells_kernel(uint64_t* stack, uint64_t at, const uint64_t* cells, uint64_t count) {
+  const uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < count) stack[at + i] = cells[i];
+}
+
+}  // namespace gphash::engine::gpu

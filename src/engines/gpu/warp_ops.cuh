@@ -1,0 +1,578 @@
+// Warp-cooperative operations (GPHash section 3.2). A warp works on one key at a time: all 32
+// lanes read the key's 32 candidate slots at once (one lane per slot), ballots find the key,
+// the empty slots and the least-loaded bucket, and one lane performs the ordered stores of the
+// persistent protocol. Two ways to read candidates share this code:
+//   Access::kMirror - the tag mirror in GPU memory first, the table only where a tag matches;
+//   Access::kDirect - the table's state words themselves (used by resize, and as a variant).
+#pragma once
+
+#include <cstdint>
+
+#include "engines/gpu/device_table.cuh"
+#include "engines/gpu/group.h"
+
+namespace gphash::engine::gpu {
+
+enum class Access { kMirror, kDirect };
+
+enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
+
+// What the slow path allows (it runs alone, one warp, between the batch's parallel passes).
+struct SlowPathFlags {
+  bool allow_displacement = false;
+  bool heap_exhausted = false;   // fail kHeapFull instead of asking for a larger heap
+  bool table_exhausted = false;  // fail kTableFull instead of asking for a resize
+};
+
+struct BatchView {
+  size_t n;
+  const uint8_t* ops;  // per-operation Op, or null: every operation is uniform_op
+  uint8_t uniform_op;
+  const uint64_t* keys;
+  const std::byte* values;  // inputs of insert/upsert/update
+  std::byte* values_out;    // search results, or null
+  uint8_t* status;
+  const uint32_t* perm;       // sorted position -> operation index, or null (identity)
+  const uint32_t* sort_keys;  // sorted hash prefixes marking runs, or null (every op alone)
+  uint32_t* pending;          // positions handed to the slow path
+  uint32_t value_width;
+
+  __device__ uint32_t op_index(size_t pos) const { return perm ? perm[pos] : static_cast<uint32_t>(pos); }
+  __device__ Op op(uint32_t i) const { return static_cast<Op>(ops ? ops[i] : uniform_op); }
+  __device__ const std::byte* value(uint32_t i) const { return values + size_t{i} * value_width; }
+  __device__ std::byte* out(uint32_t i) const { return values_out ? values_out + size_t{i} * value_width : nullptr; }
+};
+
+// ---- byte copies -------------------------------------------------------------------------
+
+__device__ __forceinline__ bool aligned(const void* p, unsigned a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+// One lane copies n bytes.
+__device__ inline void lane_copy(std::byte* dst, const std::byte* src, uint32_t n) {
+  if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
+    for (uint32_t k = 0; k < n; k += 16) *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
+  } else if (n % 8 == 0 && aligned(dst, 8) && aligned(src, 8)) {
+    for (uint32_t k = 0; k < n; k += 8) *reinterpret_cast<uint64_t*>(dst + k) = *reinterpret_cast<const uint64_t*>(src + k);
+  } else {
+    for (uint32_t k = 0; k < n; ++k) dst[k] = src[k];
+  }
+}
+
+// The warp copies n bytes, each lane a slice.
+__device__ inline void warp_copy(std::byte* dst, const std::byte* src, uint32_t n, int lane) {
+  if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
+    for (uint32_t k = lane * 16; k < n; k += 32 * 16)
+      *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
+  } else if (n % 4 == 0 && aligned(dst, 4) && aligned(src, 4)) {
+    for (uint32_t k = lane * 4; k < n; k += 32 * 4)
+      *reinterpret_cast<uint32_t*>(dst + k) = *reinterpret_cast<const uint32_t*>(src + k);
+  } else {
+    for (uint32_t k = lane; k < n; k += 32) dst[k] = src[k];
+  }
+}
+
+__device__ inline uint64_t read_inline_value(const std::byte* src, uint32_t width) {
+  if (width == 8 && aligned(src, 8)) return *reinterpret_cast<const uint64_t*>(src);
+  uint64_t v = 0;
+  for (uint32_t k = 0; k < width; ++k) v |= uint64_t(static_cast<uint8_t>(src[k])) << (8 * k);
+  return v;
+}
+__device__ inline void write_inline_value(std::byte* dst, uint64_t v, uint32_t width) {
+  if (width == 8 && aligned(dst, 8)) {
+    *reinterpret_cast<uint64_t*>(dst) = v;
+    return;
+  }
+  for (uint32_t k = 0; k < width; ++k) dst[k] = static_cast<std::byte>(v >> (8 * k));
+}
+
+// ---- value heap ---------------------------------------------------------------------------
+
+template <class T>
+__device__ uint64_t allocate_cell(const T& t) {
+  unsigned long long k = atomicAdd(&t.counters->cells_taken, 1ull);
+  if (k < t.heap.free_count) return t.heap.free_cells[t.heap.free_count - 1 - k];
+  unsigned long long f = atomicAdd(&t.counters->fresh_next, 1ull);
+  return f < t.heap.capacity ? f : kNoCell;
+}
+// Freed cells become allocatable after the batch, so no operation of this batch can still
+// be reading a cell that another one overwrites.
+template <class T>
+__device__ void release_cell(const T& t, uint64_t cell) {
+  unsigned long long k = atomicAdd(&t.counters->cells_freed, 1ull);
+  if (k < t.heap.freed_capacity) t.heap.freed[k] = cell;  // past it: reclaimed at the next open
+}
+
+// ---- candidate geometry and probing ------------------------------------------------------
+
+template <class T>
+struct LaneSlot {
+  uint32_t level;
+  uint64_t bucket;
+  int slot, d, j;
+  bool live;  // false when an earlier hash function names the same bucket at this level
+  uint64_t tag_index;
+};
+
+template <class T>
+__device__ LaneSlot<T> lane_slot(const T& t, const KeyProbe<T>& p, int lane) {
+  LaneSlot<T> ls;
+  ls.slot = lane % T::S;
+  ls.d = (lane / T::S) % T::L;
+  ls.j = lane / (T::S * T::L);
+  ls.level = t.bottom + ls.d;
+  ls.bucket = format::bucket_at(p.hash[ls.j], ls.level);
+  ls.live = true;
+#pragma unroll
+  for (int i = 0; i < T::H; ++i)
+    if (i < ls.j && format::bucket_at(p.hash[i], ls.level) == ls.bucket) ls.live = false;
+  ls.tag_index = t.tags ? t.tag_index(ls.level, ls.bucket, ls.slot) : 0;
+  return ls;
+}
+
+struct WarpProbe {
+  uint32_t found;  // lanes whose slot holds the key
+  int valid;       // lane of the preferred copy, or -1
+  int target;      // lane of the insert target (first empty slot of the least-loaded bucket), or -1
+};
+
+template <int S>
+__device__ __forceinline__ uint32_t bucket_lanes(int lane) {
+  const uint32_t group = S >= 32 ? 0xFFFFFFFFu : ((1u << S) - 1);
+  return group << (lane - lane % S);
+}
+
+template <Access A, class T>
+__device__ WarpProbe warp_probe(const T& t, const KeyProbe<T>& p, const LaneSlot<T>& ls, int lane) {
+  std::byte* b = t.bucket(ls.level, ls.bucket);
+  bool occupied, candidate, empty;
+  if constexpr (A == Access::kMirror) {
+    const uint8_t tag = load_volatile(t.tags + ls.tag_index);
+    occupied = tag != 0;
+    candidate = tag == p.tag;
+    empty = tag == 0;
+  } else {
+    const uint64_t state = load_volatile(T::state_word(b, ls.slot));
+    occupied = state != format::kSlotEmpty;
+    candidate = state == p.published;
+    empty = state == format::kSlotEmpty;
+  }
+  occupied &= ls.live;
+  candidate &= ls.live;
+  empty &= ls.live;
+  bool match = false;
+  if (candidate) {
+    if constexpr (T::Layout::kKeyIsState) {
+      match = A == Access::kDirect || load_volatile(T::state_word(b, ls.slot)) == p.published;
+    } else {
+      const uint64_t* k = T::key_words(b, ls.slot);
+      match = true;
+#pragma unroll
+      for (int w = 0; w < T::kKeyWords; ++w) match &= k[w] == p.key[w];
+    }
+  }
+  WarpProbe r;
+  r.found = __ballot_sync(kFullMask, match);
+  r.valid = -1;
+  if (r.found) {
+    if (__popc(r.found) == 1) {
+      r.valid = __ffs(r.found) - 1;
+    } else {  // duplicates: highest level, then lowest bucket, then lowest slot
+      uint64_t rank = match ? ((uint64_t(format::kMaxLevel - ls.level) << 58) | (ls.bucket << 6) | ls.slot) : ~0ull;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const uint64_t other = __shfl_xor_sync(kFullMask, rank, o);
+        rank = other < rank ? other : rank;
+      }
+      const uint64_t mine = match ? ((uint64_t(format::kMaxLevel - ls.level) << 58) | (ls.bucket << 6) | ls.slot) : ~0ull;
+      r.valid = __ffs(__ballot_sync(kFullMask, mine == rank)) - 1;
+    }
+  }
+  const uint32_t occ = __ballot_sync(kFullMask, occupied);
+  const uint32_t emp = __ballot_sync(kFullMask, empty);
+  const uint32_t lanes = bucket_lanes<T::S>(lane);
+  unsigned score = ~0u;
+  if (ls.slot == 0 && ls.live && (emp & lanes))
+    score = (unsigned(__popc(occ & lanes)) << 16) | (unsigned(T::L - 1 - ls.d) << 8) | unsigned(ls.j);
+  const unsigned best = __reduce_min_sync(kFullMask, score);
+  r.target = -1;
+  if (best != ~0u) {
+    const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
+    r.target = leader + __ffs((emp >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
+  }
+  return r;
+}
+
+// ---- slot protocol steps (called by one lane) --------------------------------------------
+
+template <class T>
+__device__ uint32_t* tag_word(const T& t, uint64_t tag_index, unsigned* shift) {
+  *shift = unsigned(tag_index & 3) * 8;
+  return reinterpret_cast<uint32_t*>(t.tags + (tag_index & ~uint64_t{3}));
+}
+
+// EMPTY -> claimed. With the mirror the claim is a CAS in GPU memory (the GPU engine is the
+// pool's only writer); without it, a CAS of the slot's state word EMPTY -> INSERTING.
+template <Access A, class T>
+__device__ bool claim_slot(const T& t, const LaneSlot<T>& ls) {
+  if constexpr (A == Access::kMirror) {
+    unsigned shift;
+    uint32_t* w = tag_word(t, ls.tag_index, &shift);
+    uint32_t old = *reinterpret_cast<volatile uint32_t*>(w);
+    for (;;) {
+      if ((old >> shift) & 0xFF) return false;
+      const uint32_t seen = atomicCAS(w, old, old | (1u << shift));
+      if (seen == old) return true;
+      old = seen;
+    }
+  } else {
+    t.before_persistent_store();
+    auto* s = reinterpret_cast<unsigned long long*>(T::state_word(t.bucket(ls.level, ls.bucket), ls.slot));
+    return atomicCAS(s, format::kSlotEmpty, format::kSlotInserting) == format::kSlotEmpty;
+  }
+}
+
+// Fills a claimed slot and publishes it: key and value word are persistent before the state
+// word says the slot holds them. (With the mirror the pool slot goes EMPTY -> published, the
+// claim living in GPU memory; a crash before the publish leaves an EMPTY slot.)
+template <Access A, class T>
+__device__ void link_slot(const T& t, uint32_t level, uint64_t bucket, int slot, uint64_t tag_index,
+                          const uint64_t* key, uint64_t published, uint8_t tag, uint64_t value_word) {
+  std::byte* b = t.bucket(level, bucket);
+  if constexpr (!T::Layout::kKeyIsState) {
+    uint64_t* k = T::key_words(b, slot);
+    t.before_persistent_store();
+#pragma unroll
+    for (int w = 0; w < T::kKeyWords; ++w) k[w] = key[w];
+  }
+  t.before_persistent_store();
+  store_volatile(T::value_word(b, slot), value_word);
+  t.persist_barrier();
+  t.before_persistent_store();
+  store_volatile(T::state_word(b, slot), published);
+  t.persist_barrier();
+  if constexpr (A == Access::kMirror) {
+    unsigned shift;
+    uint32_t* w = tag_word(t, tag_index, &shift);
+    atomicXor(w, uint32_t(1u ^ tag) << shift);  // claimed (1) -> tag
+  }
+}
+
+template <Access A, class T>
+__device__ void clear_slot(const T& t, uint32_t level, uint64_t bucket, int slot, uint64_t tag_index, uint8_t tag) {
+  t.before_persistent_store();
+  store_volatile(T::state_word(t.bucket(level, bucket), slot), format::kSlotEmpty);
+  t.persist_barrier();
+  if constexpr (A == Access::kMirror) {
+    unsigned shift;
+    uint32_t* w = tag_word(t, tag_index, &shift);
+    atomicXor(w, uint32_t(tag) << shift);  // tag -> 0
+  }
+}
+
+// ---- operations on one key (the whole warp) ----------------------------------------------
+
+template <Access A, class T>
+struct WarpOps {
+  const T& t;
+  const BatchView& bv;
+  int lane;
+  long long& item_delta;  // kept by lane 0
+
+  __device__ static bool reserved(const KeyProbe<T>& p) {
+    if constexpr (T::Layout::kKeyIsState) return format::is_reserved_key(p.key[0]);
+    return false;
+  }
+
+  // Empties every copy of the key but the preferred one. A duplicate left by an interrupted
+  // move shares its cell with the preferred copy, so only cells nobody else holds are freed.
+  __device__ void remove_duplicates(const WarpProbe& r, const LaneSlot<T>& ls, const KeyProbe<T>& p) {
+    std::byte* b = t.bucket(ls.level, ls.bucket);
+    const uint64_t keep = __shfl_sync(kFullMask, load_volatile(T::value_word(b, ls.slot)), r.valid);
+    if ((r.found >> lane & 1) && lane != r.valid) {
+      const uint64_t cell = load_volatile(T::value_word(b, ls.slot));
+      clear_slot<A>(t, ls.level, ls.bucket, ls.slot, ls.tag_index, p.tag);
+      if (t.has_heap && cell != keep) release_cell(t, cell);
+    }
+    if (lane == 0) item_delta -= __popc(r.found) - 1;
+    __syncwarp();
+  }
+
+  // The value word of the preferred copy (all lanes get it).
+  __device__ uint64_t value_word_at(const WarpProbe& r, const LaneSlot<T>& ls) {
+    uint64_t v = 0;
+    if (lane == r.valid) v = load_volatile(T::value_word(t.bucket(ls.level, ls.bucket), ls.slot));
+    return __shfl_sync(kFullMask, v, r.valid);
+  }
+
+  // Copies the stored value (word `vw`) to `out`, warp-cooperatively.
+  __device__ void copy_stored_value(uint64_t vw, std::byte* out) {
+    if (!out) return;
+    if (t.has_heap)
+      warp_copy(out, t.cell(vw), bv.value_width, lane);
+    else if (lane == 0)
+      write_inline_value(out, vw, bv.value_width);
+  }
+
+  // A value word for input value `src`: the inline value, or a new cell holding it (persisted).
+  // kNoCell when the heap is exhausted.
+  __device__ uint64_t new_value_word(const std::byte* src) {
+    if (!t.has_heap) return read_inline_value(src, bv.value_width);
+    uint64_t cell = 0;
+    if (lane == 0) cell = allocate_cell(t);
+    cell = __shfl_sync(kFullMask, cell, 0);
+    if (cell == kNoCell) return kNoCell;
+    if (lane == 0) t.before_persistent_store();
+    warp_copy(t.cell(cell), src, bv.value_width, lane);
+    t.persist_barrier();
+    __syncwarp();
+    return cell;
+  }
+
+  // Out-of-place update of the preferred copy: the new value is persistent before one 8-byte
+  // write of the value word switches to it (the plan makes this warp the key's only writer).
+  __device__ RunResult write_value(const WarpProbe& r, const LaneSlot<T>& ls, const std::byte* src) {
+    const uint64_t word = new_value_word(src);
+    if (t.has_heap && word == kNoCell) return RunResult::kNeedCell;
+    if (lane == r.valid) {
+      uint64_t* vw = T::value_word(t.bucket(ls.level, ls.bucket), ls.slot);
+      const uint64_t old = load_volatile(vw);
+      t.before_persistent_store();
+      store_volatile(vw, word);
+      t.persist_barrier();
+      if (t.has_heap) release_cell(t, old);
+    }
+    __syncwarp();
+    return RunResult::kDone;
+  }
+
+  __device__ void erase(const WarpProbe& r, const LaneSlot<T>& ls, const KeyProbe<T>& p) {
+    if (lane == r.valid) {
+      const uint64_t cell = load_volatile(T::value_word(t.bucket(ls.level, ls.bucket), ls.slot));
+      clear_slot<A>(t, ls.level, ls.bucket, ls.slot, ls.tag_index, p.tag);
+      if (t.has_heap) release_cell(t, cell);
+    }
+    if (lane == 0) --item_delta;
+    __syncwarp();
+  }
+
+  // Moves one item out of the key's candidate buckets to a free slot among its own candidates.
+  // Slow path only (one warp runs alone). The maintenance record brackets the move so
+  // recovery can drop a second copy if a crash leaves both.
+  __device__ bool displace(const KeyProbe<T>& p, const LaneSlot<T>& ls) {
+    std::byte* b = t.bucket(ls.level, ls.bucket);
+    const uint64_t state = ls.live ? load_volatile(T::state_word(b, ls.slot)) : 0;
+    uint32_t items = __ballot_sync(kFullMask, format::is_published(state));
+    while (items) {
+      const int src = __ffs(items) - 1;
+      items &= items - 1;
+      // The item's key, from its slot.
+      uint64_t key[T::kKeyWords];
+#pragma unroll
+      for (int w = 0; w < T::kKeyWords; ++w) {
+        uint64_t v = 0;
+        if (lane == src) v = T::Layout::kKeyIsState ? format::decode_key_word(state) : T::key_words(b, ls.slot)[w];
+        key[w] = __shfl_sync(kFullMask, v, src);
+      }
+      KeyProbe<T> q;
+      make_probe(t, key, q);
+      const LaneSlot<T> qs = lane_slot(t, q, lane);
+      const WarpProbe qr = warp_probe<A>(t, q, qs, lane);
+      if (qr.target < 0) continue;
+      const uint32_t from_level = __shfl_sync(kFullMask, ls.level, src);
+      const uint64_t from_bucket = __shfl_sync(kFullMask, ls.bucket, src);
+      const int from_slot = __shfl_sync(kFullMask, ls.slot, src);
+      const uint64_t from_tag = __shfl_sync(kFullMask, ls.tag_index, src);
+      const uint64_t value = __shfl_sync(kFullMask, lane == src ? load_volatile(T::value_word(b, ls.slot)) : 0, src);
+      bool moved = false;
+      if (lane == qr.target && claim_slot<A>(t, qs)) {
+        if (t.maintenance) {
+          t.maintenance[1] = format::pack({from_level, from_bucket, static_cast<uint32_t>(from_slot)});
+          t.maintenance[2] = format::pack({qs.level, qs.bucket, static_cast<uint32_t>(qs.slot)});
+          t.persist_barrier();
+          store_volatile(&t.maintenance[0], format::kMoveInProgress);
+          t.persist_barrier();
+        }
+        link_slot<A>(t, qs.level, qs.bucket, qs.slot, qs.tag_index, q.key, q.published, q.tag, value);
+        clear_slot<A>(t, from_level, from_bucket, from_slot, from_tag, q.tag);
+        if (t.maintenance) {
+          store_volatile(&t.maintenance[0], format::kMoveIdle);
+          t.persist_barrier();
+        }
+        atomicAdd(&t.counters->moves, 1ull);
+        moved = true;
+      }
+      if (__any_sync(kFullMask, moved)) return true;
+    }
+    return false;
+  }
+
+  // Inserts a key known to be absent, with the value of operation `i`.
+  __device__ RunResult insert_new(const KeyProbe<T>& p, LaneSlot<T>& ls, WarpProbe r, uint32_t i,
+                                  const SlowPathFlags& flags, bool* failed_full) {
+    uint64_t word = 0;
+    bool have_word = false;
+    for (;;) {
+      if (r.target < 0) {
+        if (flags.allow_displacement && displace(p, ls)) {
+          r = warp_probe<A>(t, p, ls, lane);
+          continue;
+        }
+        if (flags.table_exhausted) {
+          *failed_full = true;
+          if (have_word && t.has_heap && lane == 0) release_cell(t, word);
+          return RunResult::kDone;
+        }
+        if (have_word && t.has_heap && lane == 0) release_cell(t, word);
+        return RunResult::kNeedSlot;
+      }
+      if (!have_word) {
+        word = new_value_word(bv.value(i));
+        if (t.has_heap && word == kNoCell) return RunResult::kNeedCell;
+        have_word = true;
+      }
+      bool claimed = lane == r.target && claim_slot<A>(t, ls);
+      if (__any_sync(kFullMask, claimed)) {
+        if (claimed) link_slot<A>(t, ls.level, ls.bucket, ls.slot, ls.tag_index, p.key, p.published, p.tag, word);
+        if (lane == 0) ++item_delta;
+        __syncwarp();
+        return RunResult::kDone;
+      }
+      r = warp_probe<A>(t, p, ls, lane);  // another warp took the slot: look again
+    }
+  }
+
+  // One operation (a run of length one, or the slow path's one-at-a-time fallback).
+  __device__ RunResult single(const KeyProbe<T>& p, uint32_t i, const SlowPathFlags& flags) {
+    if (reserved(p)) {
+      if (lane == 0) bv.status[i] = static_cast<uint8_t>(OpStatus::kReservedKey);
+      return RunResult::kDone;
+    }
+    LaneSlot<T> ls = lane_slot(t, p, lane);
+    WarpProbe r = warp_probe<A>(t, p, ls, lane);
+    const Op op = bv.op(i);
+    if (op != Op::kSearch && __popc(r.found) > 1) remove_duplicates(r, ls, p);
+    const bool present = r.found != 0;
+    OpStatus status = status_of(op, present);
+    RunResult result = RunResult::kDone;
+    bool failed_full = false;
+    if (op == Op::kSearch) {
+      if (present) copy_stored_value(value_word_at(r, ls), bv.out(i));
+    } else if (present && (op == Op::kUpsert || op == Op::kUpdate)) {
+      result = write_value(r, ls, bv.value(i));
+      if (result == RunResult::kNeedCell && flags.heap_exhausted) result = RunResult::kDone, status = OpStatus::kHeapFull;
+    } else if (present && op == Op::kErase) {
+      erase(r, ls, p);
+    } else if (!present && (op == Op::kInsert || op == Op::kUpsert)) {
+      result = insert_new(p, ls, r, i, flags, &failed_full);
+      if (failed_full) status = OpStatus::kTableFull;
+      if (result == RunResult::kNeedCell && flags.heap_exhausted) result = RunResult::kDone, status = OpStatus::kHeapFull;
+    }
+    if (result == RunResult::kDone && lane == 0) bv.status[i] = static_cast<uint8_t>(status);
+    return result;
+  }
+
+  // All operations of one key, positions [begin, end) of the plan: one probe, a scan over the
+  // composed transitions, one final write.
+  __device__ RunResult group(const KeyProbe<T>& p, size_t begin, size_t end, const SlowPathFlags& flags) {
+    if (end - begin == 1) return single(p, bv.op_index(begin), flags);
+    if (reserved(p)) {
+      for (size_t pos = begin + lane; pos < end; pos += 32) bv.status[bv.op_index(pos)] = static_cast<uint8_t>(OpStatus::kReservedKey);
+      return RunResult::kDone;
+    }
+    LaneSlot<T> ls = lane_slot(t, p, lane);
+    WarpProbe r = warp_probe<A>(t, p, ls, lane);
+    if (__popc(r.found) > 1) remove_duplicates(r, ls, p);
+    const bool present = r.found != 0;
+    const uint64_t stored = present ? value_word_at(r, ls) : 0;
+    KeyState carry{present, kFromTable};
+    for (size_t base = begin; base < end; base += 32) {
+      const size_t pos = base + lane;
+      const bool active = pos < end;
+      const uint32_t i = active ? bv.op_index(pos) : 0;
+      const Op op = active ? bv.op(i) : Op::kSearch;
+      Transition inclusive = active ? transition_of(op, uint32_t(pos - begin)) : kIdentity;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const Transition before = __shfl_up_sync(kFullMask, inclusive, o);
+        if (lane >= o) inclusive = compose(before, inclusive);
+      }
+      Transition exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
+      if (lane == 0) exclusive = kIdentity;
+      const KeyState s = apply(exclusive, carry);
+      if (active) {
+        bv.status[i] = static_cast<uint8_t>(status_of(op, s.present));
+        std::byte* out = bv.out(i);
+        if (op == Op::kSearch && s.present && out) {
+          if (s.source != kFromTable)
+            lane_copy(out, bv.value(bv.op_index(begin + s.source)), bv.value_width);
+          else if (t.has_heap)
+            lane_copy(out, t.cell(stored), bv.value_width);
+          else
+            write_inline_value(out, stored, bv.value_width);
+        }
+      }
+      carry = apply(__shfl_sync(kFullMask, inclusive, 31), carry);
+    }
+    __syncwarp();
+    // The final state decides the one write.
+    if (present && !carry.present) {
+      erase(r, ls, p);
+    } else if (present && carry.present && carry.source != kFromTable) {
+      RunResult res = write_value(r, ls, bv.value(bv.op_index(begin + carry.source)));
+      if (res != RunResult::kDone) return fallback(begin, end, flags, res);
+    } else if (!present && carry.present) {
+      bool failed_full = false;
+      RunResult res = insert_new(p, ls, r, bv.op_index(begin + carry.source), flags, &failed_full);
+      if (res != RunResult::kDone || failed_full) return fallback(begin, end, flags, failed_full ? RunResult::kNeedSlot : res);
+    }
+    return RunResult::kDone;
+  }
+
+  // A combined write that cannot complete: nothing of the run was applied. With the resource
+  // exhausted the run is replayed one operation at a time so each gets its own status.
+  __device__ RunResult fallback(size_t begin, size_t end, const SlowPathFlags& flags, RunResult why) {
+    const bool exhausted = why == RunResult::kNeedCell ? flags.heap_exhausted : flags.table_exhausted;
+    if (!exhausted) return why;
+    for (size_t pos = begin; pos < end; ++pos) {
+      KeyProbe<T> q;
+      make_probe(t, bv.keys + size_t{bv.op_index(pos)} * T::kKeyWords, q);
+      RunResult res = single(q, bv.op_index(pos), flags);
+      if (res != RunResult::kDone) return res;  // cannot happen with both exhausted flags set
+    }
+    return RunResult::kDone;
+  }
+
+  // A run of the plan: positions with one hash prefix. Almost always one key; if two keys share
+  // the prefix, they are handled one operation at a time (order within each key is kept).
+  // Returns kDone, or the reason and (in *resume) the position the slow path continues at.
+  __device__ RunResult run(size_t begin, size_t end, const SlowPathFlags& flags, size_t* resume) {
+    KeyProbe<T> p;
+    make_probe(t, bv.keys + size_t{bv.op_index(begin)} * T::kKeyWords, p);
+    bool uniform = true;
+    if (end - begin > 1) {
+      bool differs = false;
+      for (size_t pos = begin + 1 + lane; pos < end; pos += 32) {
+        const uint64_t* k = bv.keys + size_t{bv.op_index(pos)} * T::kKeyWords;
+#pragma unroll
+        for (int w = 0; w < T::kKeyWords; ++w) differs |= k[w] != p.key[w];
+      }
+      uniform = !__any_sync(kFullMask, differs);
+    }
+    if (uniform) {
+      *resume = begin;
+      return group(p, begin, end, flags);
+    }
+    for (size_t pos = begin; pos < end; ++pos) {
+      KeyProbe<T> q;
+      make_probe(t, bv.keys + size_t{bv.op_index(pos)} * T::kKeyWords, q);
+      RunResult res = single(q, bv.op_index(pos), flags);
+      if (res != RunResult::kDone) {
+        *resume = pos;
+        return res;
+      }
+    }
+    return RunResult::kDone;
+  }
+};
+
+}  // namespace gphash::engine::gpu

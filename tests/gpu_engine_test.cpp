@@ -1,0 +1,260 @@
+// The GPU engine: the CPU engine's property tests through every GPU variant and placement,
+// cross-engine pools, batches full of duplicate keys, resize under load, batches in GPU memory
+// and the errors of pools the GPU cannot map. Skipped where no GPU is present.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engines/gpu/gpu_engine.h"
+#include "property_common.h"
+
+namespace gphash::testing {
+namespace {
+
+#define REQUIRE_GPU()                                                     \
+  do {                                                                    \
+    std::string why;                                                      \
+    if (!engine::gpu_available(&why)) GTEST_SKIP() << "no GPU: " << why;  \
+  } while (0)
+
+OpenOptions gpu(Placement placement = Placement::kHostMapped, GpuKernels kernels = GpuKernels::kWarp) {
+  OpenOptions o;
+  o.engine = EngineKind::kGpu;
+  o.placement = placement;
+  o.gpu_kernels = kernels;
+  return o;
+}
+
+class GpuPropertyTest : public ::testing::TestWithParam<PropertyCase> {};
+
+TEST_P(GpuPropertyTest, MatchesSequentialModelAcrossResizesAndReopens) {
+  REQUIRE_GPU();
+  run_property_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllConfigurations, GpuPropertyTest,
+                         ::testing::ValuesIn(cases_for({{gpu(), "mapped"},
+                                                        {gpu(Placement::kGpuMemory), "gpumem"},
+                                                        {gpu(Placement::kHostMapped, GpuKernels::kWarpDirect), "direct"},
+                                                        {gpu(Placement::kHostMapped, GpuKernels::kThread), "thread"}})),
+                         case_name);
+
+// Runs one uniform batch of 8-byte keys and values through `t`.
+std::vector<OpStatus> run(Table& t, Op op, const std::vector<uint64_t>& keys, const std::vector<uint64_t>* values,
+                          std::vector<uint64_t>* out) {
+  std::vector<OpStatus> status(keys.size());
+  if (out) out->assign(keys.size(), 0);
+  Batch b;
+  b.size = keys.size();
+  b.key_width = 8;
+  b.value_width = 8;
+  b.op = op;
+  b.keys = keys.data();
+  b.values = values ? values->data() : nullptr;
+  b.values_out = out ? out->data() : nullptr;
+  b.status = status.data();
+  t.execute(b);
+  return status;
+}
+
+TEST(GpuEngine, PoolsMoveBetweenEnginesIntact) {
+  REQUIRE_GPU();
+  for (uint32_t kw : {8u, 16u, 32u})
+    for (uint32_t vw : {8u, 64u}) {
+      TempPool pool("cross");
+      std::mt19937_64 rng(kw * 100 + vw);
+      const size_t n = 50000;
+      std::vector<uint64_t> keys(n * kw / 8);
+      for (auto& w : keys) w = rng() >> 1;
+      std::string values = random_bytes(rng, n * vw);
+      auto batch = [&](Table& t, Op op, size_t from, size_t count, std::vector<OpStatus>& status, std::string* out) {
+        status.assign(count, OpStatus::kNotFound);
+        Batch b;
+        b.size = count;
+        b.key_width = kw;
+        b.value_width = vw;
+        b.op = op;
+        b.keys = keys.data() + from * kw / 8;
+        b.values = values.data() + from * vw;
+        if (out) {
+          out->assign(count * vw, '\0');
+          b.values_out = out->data();
+        }
+        b.status = status.data();
+        t.execute(b);
+      };
+      std::vector<OpStatus> status;
+      std::string out;
+      {  // the GPU writes the first half
+        Table t = Table::create(pool.path(), {kw, vw, {2, 2, 8}, 1024, 3}, gpu());
+        batch(t, Op::kInsert, 0, n / 2, status, nullptr);
+      }
+      {  // the CPU reads it, checks it, writes the second half
+        Table t = Table::open(pool.path());
+        ASSERT_EQ(t.size(), n / 2);
+        batch(t, Op::kSearch, 0, n / 2, status, &out);
+        for (size_t i = 0; i < n / 2; ++i) ASSERT_EQ(status[i], OpStatus::kOk);
+        ASSERT_TRUE(out == values.substr(0, n / 2 * vw)) << "values differ";
+        CheckResult c = t.check();
+        ASSERT_TRUE(c.ok) << c.violation;
+        batch(t, Op::kInsert, n / 2, n - n / 2, status, nullptr);
+      }
+      for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {  // the GPU reads it all
+        Table t = Table::open(pool.path(), gpu(placement));
+        ASSERT_EQ(t.size(), n);
+        batch(t, Op::kSearch, 0, n, status, &out);
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(status[i], OpStatus::kOk) << i;
+        ASSERT_TRUE(out == values) << "values differ";
+      }
+    }
+}
+
+TEST(GpuEngine, BatchesFullOfDuplicateKeysMatchTheModel) {
+  REQUIRE_GPU();
+  for (uint32_t vw : {8u, 48u})
+    for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {
+      TempPool pool("dups");
+      Table t = Table::create(pool.path(), {8, vw, {2, 2, 8}, 256, 1}, gpu(placement));
+      std::mt19937_64 rng(vw);
+      Model model;
+      for (int round = 0; round < 6; ++round) {
+        const size_t n = 200000;  // over 7 keys: runs of ~28,000 operations on one key
+        std::vector<uint64_t> keys(n);
+        std::vector<Op> ops(n);
+        std::string values = random_bytes(rng, n * vw), out(n * vw, '\0');
+        for (size_t i = 0; i < n; ++i) keys[i] = 1000 + rng() % 7, ops[i] = static_cast<Op>(rng() % 5);
+        std::vector<OpStatus> status(n);
+        Batch b;
+        b.size = n;
+        b.key_width = 8;
+        b.value_width = vw;
+        b.ops = ops.data();
+        b.keys = keys.data();
+        b.values = values.data();
+        b.values_out = out.data();
+        b.status = status.data();
+        t.execute(b);
+        for (size_t i = 0; i < n; ++i) {
+          std::string key(reinterpret_cast<const char*>(&keys[i]), 8), found;
+          ASSERT_EQ(status[i], model.apply(ops[i], key, values.substr(i * vw, vw), &found)) << i;
+          if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
+            ASSERT_TRUE(out.substr(i * vw, vw) == found) << "value differs at " << i;
+          }
+        }
+        ASSERT_EQ(t.size(), model.size());
+      }
+    }
+}
+
+TEST(GpuEngine, ResizesUnderLoadKeepEveryItem) {
+  REQUIRE_GPU();
+  for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {
+    TempPool pool("resize");
+    Table t = Table::create(pool.path(), {8, 8, {2, 2, 8}, 1024, 5}, gpu(placement));
+    const size_t total = 2'000'000, batch = 1 << 18;
+    std::vector<uint64_t> all(total);
+    std::mt19937_64 rng(11);
+    for (auto& k : all) k = rng() >> 2;
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    std::shuffle(all.begin(), all.end(), rng);
+    for (size_t at = 0; at < all.size(); at += batch) {
+      std::vector<uint64_t> keys(all.begin() + at, all.begin() + std::min(all.size(), at + batch));
+      std::vector<uint64_t> values = keys;
+      for (OpStatus s : run(t, Op::kInsert, keys, &values, nullptr)) ASSERT_EQ(s, OpStatus::kOk);
+    }
+    EXPECT_GT(t.info().resizes, 5u);
+    EXPECT_EQ(t.size(), all.size());
+    std::vector<uint64_t> out;
+    std::vector<OpStatus> status = run(t, Op::kSearch, all, nullptr, &out);
+    for (size_t i = 0; i < all.size(); ++i) {
+      ASSERT_EQ(status[i], OpStatus::kOk) << i;
+      ASSERT_EQ(out[i], all[i]);
+    }
+    CheckResult c = t.check();
+    EXPECT_TRUE(c.ok) << c.violation;
+  }
+}
+
+TEST(GpuEngine, BatchesInGpuMemoryGiveTheSameResults) {
+  REQUIRE_GPU();
+  TempPool pool("device");
+  Table t = Table::create(pool.path(), {16, 32, {2, 2, 8}, 4096, 9}, gpu());
+  const size_t n = 100000;
+  std::mt19937_64 rng(3);
+  std::vector<uint64_t> keys(2 * n);
+  for (auto& w : keys) w = rng();
+  std::string values = random_bytes(rng, n * 32);
+  uint64_t* dkeys;
+  char *dvalues, *dout;
+  OpStatus* dstatus;
+  ASSERT_EQ(cudaMalloc(&dkeys, keys.size() * 8), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dvalues, values.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dout, values.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dstatus, n), cudaSuccess);
+  cudaMemcpy(dkeys, keys.data(), keys.size() * 8, cudaMemcpyHostToDevice);
+  cudaMemcpy(dvalues, values.data(), values.size(), cudaMemcpyHostToDevice);
+  Batch b;
+  b.size = n;
+  b.key_width = 16;
+  b.value_width = 32;
+  b.op = Op::kUpsert;
+  b.keys = dkeys;
+  b.values = dvalues;
+  b.status = dstatus;
+  b.memory = MemorySpace::kDevice;
+  t.execute(b);
+  b.op = Op::kSearch;
+  b.values = nullptr;
+  b.values_out = dout;
+  t.execute(b);
+  std::string out(values.size(), '\0');
+  std::vector<OpStatus> status(n);
+  cudaMemcpy(out.data(), dout, out.size(), cudaMemcpyDeviceToHost);
+  cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
+  for (OpStatus s : status) ASSERT_EQ(s, OpStatus::kOk);
+  EXPECT_TRUE(out == values) << "values differ";
+  cudaFree(dkeys), cudaFree(dvalues), cudaFree(dout), cudaFree(dstatus);
+}
+
+TEST(GpuEngine, PoolOnARegularFileIsRefusedWithAReason) {
+  REQUIRE_GPU();
+  const std::string path = ::testing::TempDir() + "gphash-gpu-file-pool";
+  std::remove(path.c_str());
+  { Table::create(path, {}); }
+  try {
+    Table::open(path, gpu());
+    FAIL() << "a regular-file pool must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotMappable);
+    EXPECT_NE(std::string(e.what()).find("/dev/shm"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(GpuEngine, GpuMemoryTableIsSavedOnClose) {
+  REQUIRE_GPU();
+  TempPool pool("save");
+  std::vector<uint64_t> keys(100000);
+  std::iota(keys.begin(), keys.end(), 1);
+  {
+    Table t = Table::create(pool.path(), {8, 8, {2, 2, 8}, 1024, 2}, gpu(Placement::kGpuMemory));
+    run(t, Op::kInsert, keys, &keys, nullptr);
+  }
+  Table t = Table::open(pool.path());  // CPU engine
+  EXPECT_FALSE(t.info().recovered);
+  std::vector<uint64_t> out;
+  std::vector<OpStatus> status = run(t, Op::kSearch, keys, nullptr, &out);
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(out[i], keys[i]);
+  EXPECT_TRUE(t.check().ok);
+}
+
+}  // namespace
+}  // namespace gphash::testing
