@@ -26,21 +26,47 @@ __device__ uint64_t random_offset(uint64_t& state, size_t bytes, uint32_t align)
   return (state % (bytes / align)) * align;
 }
 
-__global__ void host_pattern_kernel(unsigned char* buffer, size_t bytes, HostAccessPattern p, size_t ops,
-                                    unsigned long long* sink) {
-  const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= ops) return;
-  uint64_t state = i * 0x2545F4914F6CDD1Dull, acc = 0;
-  for (int r = 0; r < 4 && p.reads[r]; ++r) {
-    const uint64_t off = random_offset(state, bytes, p.reads[r]);
-    for (uint32_t k = 0; k < p.reads[r]; k += 8) acc ^= *reinterpret_cast<volatile uint64_t*>(buffer + off + k);
+__global__ void host_request_kernel(unsigned char* buffer, size_t region, uint32_t bytes, bool write, bool fence,
+                                    size_t requests, unsigned long long* sink) {
+  // As the table's kernels issue them: a warp makes 32 requests, four per instruction (8 lanes
+  // of 16 bytes each), and fences once after all of them.
+  constexpr int kRounds = 8;
+  const int group = (threadIdx.x & 31) / 8, part = threadIdx.x & 7;
+  const size_t warp = (size_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+  uint64_t acc = 0;
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    const size_t request = warp * 32 + r * 4 + group;
+    if (request >= requests) continue;
+    uint64_t state = request * 0x2545F4914F6CDD1Dull;
+    const uint64_t off = random_offset(state, region, bytes < 16 ? 8 : bytes);
+    if (bytes < 16) {
+      if (part == 0) {
+        if (write)
+          *reinterpret_cast<volatile uint64_t*>(buffer + off) = request;
+        else
+          acc ^= __ldcg(reinterpret_cast<const unsigned long long*>(buffer + off));
+      }
+    } else if (part * 16u < bytes) {
+      if (write)
+        *reinterpret_cast<uint4*>(buffer + off + part * 16) = make_uint4(uint32_t(request), part, 1, 2);
+      else
+        acc ^= __ldcg(reinterpret_cast<const uint4*>(buffer + off + part * 16)).x;
+    }
   }
-  for (int w = 0; w < 4 && p.writes[w]; ++w) {
-    const uint64_t off = random_offset(state, bytes, p.writes[w]);
-    for (uint32_t k = 0; k < p.writes[w]; k += 8) *reinterpret_cast<volatile uint64_t*>(buffer + off + k) = acc + k;
-    if (p.fence_after >> w & 1) __threadfence_system();
-  }
+  if (write && fence) __threadfence_system();
   if (acc == 0x1234567) atomicAdd(sink, 1ull);  // keeps the reads alive
+}
+
+__global__ void record_keys_kernel(uint64_t* words, size_t count, uint32_t key_words, uint64_t seed, uint64_t first,
+                                   uint64_t mask) {
+  const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= count * key_words) return;
+  uint64_t record = first + i / key_words;
+  if (mask) record = (record * 0x9E3779B97F4A7C15ull) & mask;
+  uint64_t k = format::mix64((record * key_words + i % key_words) * 0x9E3779B97F4A7C15ull ^ seed);
+  if (k >= 0xFFFFFFFFFFFFFFFEull) k ^= 0x8000000000000000ull;
+  words[i] = k;
 }
 
 __global__ void device_reads_kernel(const unsigned char* buffer, size_t bytes, uint32_t request, size_t ops,
@@ -83,14 +109,21 @@ void fill_keys(uint64_t* device_words, size_t count, uint64_t seed, uint64_t fir
   check(cudaDeviceSynchronize(), "fill_keys");
 }
 
-double host_access_ceiling(void* host_buffer, size_t bytes, const HostAccessPattern& pattern, size_t operations) {
+void fill_record_keys(uint64_t* device_words, size_t count, uint32_t key_words, uint64_t seed, uint64_t first,
+                      uint64_t scramble_mask) {
+  record_keys_kernel<<<(count * key_words + 255) / 256, 256>>>(device_words, count, key_words, seed, first, scramble_mask);
+  check(cudaDeviceSynchronize(), "fill_record_keys");
+}
+
+double host_request_rate(void* buffer, size_t offset, size_t region, uint32_t bytes, bool write, bool fence,
+                         size_t requests) {
   void* device = nullptr;
-  check(cudaHostGetDevicePointer(&device, host_buffer, 0), "host pointer");
+  check(cudaHostGetDevicePointer(&device, buffer, 0), "host pointer");
   unsigned long long* sink;
   check(cudaMalloc(&sink, 8), "sink");
-  const double rate = best_rate(operations, [&] {
-    host_pattern_kernel<<<(operations + 255) / 256, 256>>>(static_cast<unsigned char*>(device), bytes, pattern,
-                                                           operations, sink);
+  const double rate = best_rate(requests, [&] {
+    host_request_kernel<<<(requests + 255) / 256, 256>>>(static_cast<unsigned char*>(device) + offset, region, bytes,
+                                                             write, fence, requests, sink);
   });
   cudaFree(sink);
   return rate;

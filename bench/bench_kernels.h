@@ -10,16 +10,20 @@ namespace gphash::bench {
 // indices give distinct keys.
 void fill_keys(uint64_t* device_words, size_t count, uint64_t seed, uint64_t first);
 
-// The platform's ceiling for a pattern of host-memory accesses: every "operation" makes the
-// listed random accesses (reads, then writes; a system fence after write w if bit w of
-// fence_after is set) in a registered host buffer of `bytes` bytes. Returns operations per
-// second (best of 3 runs).
-struct HostAccessPattern {
-  uint32_t reads[4] = {0, 0, 0, 0};  // sizes in bytes (0 = none), each aligned to its size
-  uint32_t writes[4] = {0, 0, 0, 0};
-  uint32_t fence_after = 0;
-};
-double host_access_ceiling(void* host_buffer, size_t bytes, const HostAccessPattern& pattern, size_t operations);
+// The platform's rate for one kind of host request: random `bytes`-byte reads or writes (a
+// write followed by a system-scope fence, the persist barrier, if `fence`) at addresses aligned to
+// their size in [offset, offset + region) of a registered host buffer. Each request is one
+// coalesced access (up to 8 lanes of 16 bytes); a warp makes 32, four per instruction, and
+// fences once after them, as the table's kernels do. Returns requests per second, best of 3.
+double host_request_rate(void* buffer, size_t offset, size_t region, uint32_t bytes, bool write, bool fence,
+                         size_t requests);
+
+// The keys of records: record r's key is words [r*key_words, (r+1)*key_words) of the fill_keys
+// sequence. Records first .. first+count-1 in a scrambled order when `scramble_mask` (a power of two
+// minus one, at least first+count-1) is set, so that consecutive operations touch unrelated
+// records as random requests would.
+void fill_record_keys(uint64_t* device_words, size_t count, uint32_t key_words, uint64_t seed, uint64_t first,
+                      uint64_t scramble_mask);
 
 // Random 64-byte reads in a GPU-memory buffer of `bytes` bytes (the HBM reference figure).
 double device_random_reads(size_t bytes, uint32_t request_bytes, size_t operations);

@@ -11,6 +11,7 @@
 //   recovery  recovery time against pool size, GPU and CPU engine
 #include <cuda_runtime.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,8 +91,11 @@ size_t count_not(const OpStatus* device_status, size_t n, OpStatus want) {
 json section_hbm(uint32_t bottom_level, size_t batch) {
   const uint64_t slots = uint64_t{24} << bottom_level;  // 2L-2H-8S: 3 * 2^bottom buckets of 8
   const uint64_t capacity = slots * 9 / 10 - 1;
-  const std::string pool = "mem:";
-  Table t = Table::create(pool, {8, 8, {2, 2, 8}, capacity, 77}, gpu_options(Placement::kGpuMemory));
+  // No resizing: the load factors measured are the table's; inserts that find no free slot move
+  // an item aside (displacement), which the insert rate of the last phase includes.
+  OpenOptions options = gpu_options(Placement::kGpuMemory);
+  options.auto_resize = false;
+  Table t = Table::create("mem:", {8, 8, {2, 2, 8}, capacity, 77}, options);
   TableInfo info = t.info();
   say(fmt::format("hbm: GPU-memory table, 2L-2H-8S, 8-byte keys and values, {} slots = {:.2f} GB (+{:.0f} MB tag mirror)",
                   info.slots, info.slots * 16 / 1e9, (uint64_t{1} << bottom_level) * 32 / 1e6));
@@ -107,11 +111,14 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
     double insert_seconds = 0;
     uint64_t phase_inserts = 0;
     size_t failed = 0;
+    double last_plan = 0, last_kernel = 0, last_slow = 0;
     while (inserted < target) {
       const size_t n = std::min<uint64_t>(batch, target - inserted);
       fill_keys(keys.ptr, n, seed, inserted);
       fill_keys(values.ptr, n, seed + 1, inserted);
       insert_seconds += device_batch(t, Op::kInsert, n, keys.ptr, values.ptr, nullptr, status.ptr);
+      const TableInfo bi = t.info();
+      last_plan = bi.last_plan_seconds, last_kernel = bi.last_kernel_seconds, last_slow = bi.last_slow_seconds;
       failed += count_not(status.ptr, n, OpStatus::kOk);
       inserted += n;
       phase_inserts += n;
@@ -128,9 +135,11 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
     info = t.info();
     const double ins_rate = phase_inserts / insert_seconds / 1e9, hit_rate = n / hit / 1e9, miss_rate = n / miss / 1e9;
     say(fmt::format("hbm: load {:.2f}: insert {:.2f} G/s ({:.2f}x cuco), search {:.2f} G/s ({:.2f}x), negative "
-                    "{:.2f} G/s ({:.2f}x); failed inserts {}, missing {}, phantom {}, resizes {}",
+                    "{:.2f} G/s ({:.2f}x); failed inserts {}, missing {}, phantom {}, resizes {}, displacements {}",
                     info.load_factor, ins_rate, ins_rate / cuco[phase][0], hit_rate, hit_rate / cuco[phase][1],
-                    miss_rate, miss_rate / cuco[phase][2], failed, missing, phantom, info.resizes));
+                    miss_rate, miss_rate / cuco[phase][2], failed, missing, phantom, info.resizes, info.displacements));
+    say(fmt::format("hbm:   last insert batch: plan {:.2f} ms, kernel {:.2f} ms, slow path {:.2f} ms", 1e3 * last_plan,
+                    1e3 * last_kernel, 1e3 * last_slow));
     rows.push_back({{"load_factor", info.load_factor},
                     {"insert_gops", ins_rate},
                     {"search_gops", hit_rate},
@@ -156,14 +165,17 @@ json section_mapped(size_t items, size_t batch) {
   DeviceArray<uint64_t> keys(batch * kw);
   DeviceArray<unsigned char> values(batch * vw), out(batch * vw);
   DeviceArray<OpStatus> status(batch);
-  auto fill = [&](size_t n, uint64_t first) {
-    fill_keys(keys.ptr, n * kw, 0xABCD, first * kw);
+  // Loaded in record order; measured in a scrambled order (items is a power of two), so heap
+  // cells, allocated in load order, are not read sequentially.
+  const uint64_t scramble = (items & (items - 1)) == 0 ? items - 1 : 0;
+  auto fill = [&](size_t n, uint64_t first, bool scrambled = true) {
+    fill_record_keys(keys.ptr, n, kw, 0xABCD, first, scrambled ? scramble : 0);
     fill_keys(reinterpret_cast<uint64_t*>(values.ptr), n * vw / 8, 0xBEEF, first * vw / 8);
   };
   double load_seconds = 0;
   for (size_t at = 0; at < items; at += batch) {
     const size_t n = std::min(batch, items - at);
-    fill(n, at);
+    fill(n, at, false);
     load_seconds += device_batch(t, Op::kInsert, n, keys.ptr, values.ptr, nullptr, status.ptr);
   }
   TableInfo info = t.info();
@@ -174,31 +186,54 @@ json section_mapped(size_t items, size_t batch) {
     *bad = count_not(status.ptr, n, want);
     return n / s;
   };
-  size_t bad_hit, bad_miss, bad_update, bad_erase, bad_insert;
+  size_t bad_hit, bad_update, bad_erase, bad_insert;
   const double hit = timed(Op::kSearch, items - n, OpStatus::kOk, &bad_hit);
-  const double miss = timed(Op::kSearch, uint64_t{1} << 36, OpStatus::kNotFound, &bad_miss);
+  fill_keys(keys.ptr, n * kw, 0x1234, 0);  // keys never inserted
+  double miss_seconds = device_batch(t, Op::kSearch, n, keys.ptr, nullptr, out.ptr, status.ptr);
+  size_t bad_miss = count_not(status.ptr, n, OpStatus::kNotFound);
+  const double miss = n / miss_seconds;
   const double update = timed(Op::kUpdate, items - n, OpStatus::kOk, &bad_update);
   const double erase = timed(Op::kErase, items - n, OpStatus::kOk, &bad_erase);
   const double insert = timed(Op::kInsert, items - n, OpStatus::kOk, &bad_insert);  // re-inserts what was erased
 
-  // The ceiling: the same host accesses at random places in a registered buffer as large as the
-  // pool's table and heap.
-  const size_t bytes = (info.slots * 48 + info.heap_cells * 128) & ~size_t{4095};
-  void* buffer = nullptr;
-  check(cudaHostAlloc(&buffer, bytes, cudaHostAllocMapped), "cudaHostAlloc");
+  // The ceiling, measured on shared memory registered like the pool, with the table's and heap's
+  // sizes. What each operation reads and writes in host memory (the tag mirror answers the rest
+  // in GPU memory): search: key, value word, cell; update: key, value word, new cell, value word;
+  // erase: key, value word, state word; insert of an absent key: new cell, key, value word,
+  // state word.
+  const size_t table_bytes = info.slots * 48 / 4096 * 4096, heap_bytes = info.heap_cells * 128 / 4096 * 4096;
+  const size_t bytes = table_bytes + heap_bytes;
+  const int fd = memfd_create("gphash-ceiling", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("memfd for the ceiling buffer");
+  void* buffer = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (buffer == MAP_FAILED) throw std::runtime_error("mmap for the ceiling buffer");
   std::memset(buffer, 1, bytes);
-  HostAccessPattern p_hit, p_update, p_erase, p_insert;
-  p_hit.reads[0] = 32, p_hit.reads[1] = 8, p_hit.reads[2] = 128;                        // key, value word, cell
-  p_update.reads[0] = 32, p_update.reads[1] = 8;                                         // key, old value word
-  p_update.writes[0] = 128, p_update.writes[1] = 8, p_update.fence_after = 0b11;         // new cell; value word
-  p_erase.reads[0] = 32, p_erase.reads[1] = 8, p_erase.writes[0] = 8, p_erase.fence_after = 1;  // state word
-  p_insert.writes[0] = 128, p_insert.writes[1] = 32, p_insert.writes[2] = 8, p_insert.writes[3] = 8;
-  p_insert.fence_after = 0b1101;  // cell | key, value word | state
-  const double c_hit = host_access_ceiling(buffer, bytes, p_hit, n);
-  const double c_update = host_access_ceiling(buffer, bytes, p_update, n);
-  const double c_erase = host_access_ceiling(buffer, bytes, p_erase, n);
-  const double c_insert = host_access_ceiling(buffer, bytes, p_insert, n);
-  cudaFreeHost(buffer);
+  check(cudaHostRegister(buffer, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable), "cudaHostRegister");
+  // Rates of each kind of request, then each operation's ceiling: the time its requests take
+  // one after the other at those rates. The model counts every request as an independent random
+  // one; the table's value and state words share the key's bucket (same page), and new cells
+  // are written in allocation order, so an operation can come out above it.
+  auto rate = [&](bool heap, uint32_t size, bool write, bool fence) {
+    return host_request_rate(buffer, heap ? table_bytes : 0, heap ? heap_bytes : table_bytes, size, write, fence, n);
+  };
+  const double r_key = rate(false, 32, false, false), r_word = rate(false, 8, false, false),
+               r_cell = rate(true, 128, false, false), w_cell = rate(true, 128, true, true),
+               w_key = rate(false, 32, true, false), w_word = rate(false, 8, true, true);
+  auto serial = [](std::initializer_list<double> rates) {
+    double t = 0;
+    for (double r : rates) t += 1 / r;
+    return 1 / t;
+  };
+  const double c_hit = serial({r_key, r_word, r_cell});
+  const double c_update = serial({r_key, r_word, w_cell, w_word});
+  const double c_erase = serial({r_key, r_word, w_word});
+  const double c_insert = serial({w_cell, w_key, w_word, w_word});
+  say(fmt::format("mapped: host request rates (M/s): read 32 B {:.0f}, 8 B {:.0f}, 128 B {:.0f}; write+fence 128 B {:.0f}, "
+                  "8 B {:.0f}; write 32 B {:.0f}",
+                  r_key / 1e6, r_word / 1e6, r_cell / 1e6, w_cell / 1e6, w_word / 1e6, w_key / 1e6));
+  cudaHostUnregister(buffer);
+  munmap(buffer, bytes);
+  close(fd);
   say(fmt::format("mapped: host-mapped pool {}, 32-byte keys, 128-byte values, {} items, {:.2f} GB table + {:.2f} GB heap",
                   pool, info.items, info.slots * 48 / 1e9, info.heap_cells * 128 / 1e9));
   say(fmt::format("mapped: load {:.1f} M/s", items / load_seconds / 1e6));
@@ -335,9 +370,12 @@ json section_recovery(const std::string& self, const std::vector<uint64_t>& size
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const TableInfo info = t.info();
       const bool ok = info.recovered && info.items == items;
-      say(fmt::format("recovery ({}): {} items, {:.1f} MB pool: {:.1f} ms (open incl. mapping {:.1f} ms){}", gpu ? "gpu" : "cpu",
-                      items, info.pool_bytes / 1e6, 1e3 * info.open_seconds, 1e3 * wall, ok ? "" : "  WRONG ITEM COUNT"));
-      row[gpu ? "gpu_seconds" : "cpu_seconds"] = info.open_seconds;
+      say(fmt::format("recovery ({}): {} items, {:.1f} MB pool: recovery {:.1f} ms; whole open {:.1f} ms (mapping for "
+                      "the GPU {:.1f} ms){}",
+                      gpu ? "gpu" : "cpu", items, info.pool_bytes / 1e6, 1e3 * info.recovery_seconds, 1e3 * wall,
+                      1e3 * info.open_map_seconds, ok ? "" : "  WRONG ITEM COUNT"));
+      row[gpu ? "gpu_recovery_seconds" : "cpu_recovery_seconds"] = info.recovery_seconds;
+      row[gpu ? "gpu_open_seconds" : "cpu_open_seconds"] = wall;
       row[gpu ? "gpu_ok" : "cpu_ok"] = ok;
     }
     std::remove(pool.c_str());
@@ -354,7 +392,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gphash GPU benchmark"};
   std::string sections = "platform,hbm,mapped,kernels,resize,recovery", json_path, dirty_pool, dirty_engine = "gpu";
   uint32_t hbm_bottom = 22;
-  uint64_t mapped_items = 16'000'000, ycsb_records = 16'000'000, resize_items = 100'000'000, dirty_items = 0;
+  uint64_t mapped_items = uint64_t{1} << 24, ycsb_records = 16'000'000, resize_items = 100'000'000, dirty_items = 0;
   size_t batch = size_t{1} << 24, ycsb_batch = size_t{1} << 20;
   uint32_t ycsb_key = 32, ycsb_value = 32;
   std::vector<uint64_t> recovery_sizes = {1'000'000, 16'000'000, 64'000'000};
@@ -377,7 +415,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!dirty_pool.empty()) return make_dirty_main(dirty_pool, dirty_items, dirty_engine == "gpu");
   if (quick) {
-    hbm_bottom = 18, mapped_items = 500'000, ycsb_records = 500'000, resize_items = 2'000'000;
+    hbm_bottom = 18, mapped_items = uint64_t{1} << 19, ycsb_records = 500'000, resize_items = 2'000'000;
     batch = 1 << 20, ycsb_batch = 1 << 16, recovery_sizes = {100'000, 1'000'000};
   }
   cudaDeviceProp prop{};

@@ -43,6 +43,10 @@ struct TableInfo {
   uint64_t heap_grows = 0;
   double last_resize_seconds = 0;
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch
+  // GPU engine, by stage: plan (hash + sort), the parallel kernel, the exclusive slow path.
+  double last_plan_seconds = 0, last_kernel_seconds = 0, last_slow_seconds = 0;
+  double open_map_seconds = 0;  // GPU engine: registering the pool's memory with CUDA at open
+  double recovery_seconds = 0;  // the recovery steps of the last open (0 if the pool was clean)
   // From the header (also filled by inspect()).
   bool clean_shutdown = true;
   bool resizing = false;  // a resize was interrupted and has not been finished yet

@@ -17,6 +17,14 @@ struct EngineStats {
   double open_seconds = 0;     // time to open (recovery included)
   double last_resize_seconds = 0;
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch (events)
+  // GPU engine: the last batch's device time by stage (plan = hash + sort; kernel = the parallel
+  // pass; slow = displacement, resize and heap growth), and the open's mapping time.
+  double last_plan_seconds = 0, last_kernel_seconds = 0, last_slow_seconds = 0;
+  double open_map_seconds = 0;
+  double recovery_seconds = 0;  // open: the recovery steps alone (zero when the pool was clean)
+  // The live table's geometry (a GPU-memory table can be ahead of its pool until saved).
+  uint64_t slots = 0;
+  uint32_t bottom_level = 0;
 };
 
 class Engine {

@@ -155,6 +155,11 @@ TableInfo Table::info() const {
   TableInfo i = info_from_header(*impl_->pool);
   i.engine = impl_->engine->name();
   i.items = impl_->engine->item_count();
+  if (s.slots) {
+    i.slots = s.slots;
+    i.bottom_level = s.bottom_level;
+    i.top_level = s.bottom_level + i.shape.levels - 1;
+  }
   i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
   i.recovered = s.recovered;
   i.open_seconds = s.open_seconds;
@@ -163,6 +168,11 @@ TableInfo Table::info() const {
   i.heap_grows = s.heap_grows;
   i.last_resize_seconds = s.last_resize_seconds;
   i.last_batch_device_seconds = s.last_batch_device_seconds;
+  i.last_plan_seconds = s.last_plan_seconds;
+  i.last_kernel_seconds = s.last_kernel_seconds;
+  i.last_slow_seconds = s.last_slow_seconds;
+  i.open_map_seconds = s.open_map_seconds;
+  i.recovery_seconds = s.recovery_seconds;
   return i;
 }
 

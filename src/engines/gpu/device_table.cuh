@@ -121,11 +121,15 @@ struct DeviceTable {
     return family * family_bytes + (((1u << d) - 1) + (b & ((1u << d) - 1))) * S + s;
   }
 
-  // The persist barrier of the GPM model: a system-scope fence for a host-mapped pool. A table in
-  // GPU memory is volatile and needs none: the plan gives each key one warp, so no other warp
-  // waits on the order of these stores (claims and tags are atomics).
+  // The persist barrier of the GPM model: a system-scope fence for a host-mapped pool. In GPU
+  // memory (volatile) a device-scope fence still orders a slot's stores before the tag update
+  // that hands the slot to other warps: without it an erase's EMPTY could land after another
+  // warp's insert into the freed slot.
   __device__ void persist_barrier() const {
-    if (persistent) __threadfence_system();
+    if (persistent)
+      __threadfence_system();
+    else
+      __threadfence();
   }
   // Crash injection (tests): counts persistent stores and traps at the chosen one.
   __device__ void before_persistent_store() const {
@@ -133,6 +137,17 @@ struct DeviceTable {
     if (atomicAdd(&counters->stores, 1ull) + 1 >= counters->crash_after) __trap();
   }
 };
+
+// a[i] for a run-time i without indexing the register array (which would move it to local
+// memory): a compare-and-select over the compile-time indices.
+template <int N>
+__device__ __forceinline__ uint64_t pick(const uint64_t (&a)[N], int i) {
+  uint64_t r = a[0];
+#pragma unroll
+  for (int x = 1; x < N; ++x)
+    if (x == i) r = a[x];
+  return r;
+}
 
 // A key as the kernels handle it: its words, hashes, tag and the state word of its copies.
 template <class T>

@@ -39,7 +39,7 @@ __device__ uint64_t allocate_cells_warp(const T& t, uint32_t need, int lane) {
 }
 
 template <Access A, class T>
-__global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
+__global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv) {
   constexpr int kInFlight = 8;
   const int lane = threadIdx.x & 31;
   const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -53,6 +53,8 @@ __global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
   if constexpr (T::Layout::kKeyIsState) reserved = single && format::is_reserved_key(mine.key[0]);
   if (reserved) bv.status[i] = static_cast<uint8_t>(OpStatus::kReservedKey);
   const uint32_t simple = __ballot_sync(kFullMask, single && !reserved);
+  // A warp of searches needs no insert targets: skip the occupancy ballots.
+  const bool any_writes = __any_sync(kFullMask, single && op != Op::kSearch);
   const int s = lane % T::S, d = (lane / T::S) % T::L, j = lane / (T::S * T::L);
   const uint32_t level = t.bottom + d;
 
@@ -69,7 +71,7 @@ __global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
       uint64_t h[T::H];
 #pragma unroll
       for (int x = 0; x < T::H; ++x) h[x] = __shfl_sync(kFullMask, mine.hash[x], base + k);
-      const uint64_t b = format::bucket_at(h[j], level);
+      const uint64_t b = format::bucket_at(pick(h, j), level);
       bucket_of[k] = b;
       live[k] = (simple >> (base + k)) & 1;
 #pragma unroll
@@ -88,19 +90,21 @@ __global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
       else
         want = __shfl_sync(kFullMask, mine.published, base + k);
       const uint32_t candidates = __ballot_sync(kFullMask, live[k] && seen[k] == want);
-      const uint32_t occupied = __ballot_sync(kFullMask, live[k] && seen[k] != 0);
-      const uint32_t empty = __ballot_sync(kFullMask, live[k] && seen[k] == 0);
-      const uint32_t lanes = bucket_lanes<T::S>(lane);
-      unsigned score = ~0u;
-      if (s == 0 && live[k] && (empty & lanes))
-        score = (unsigned(__popc(occupied & lanes)) << 16) | (unsigned(T::L - 1 - d) << 8) | unsigned(j);
-      const unsigned best = __reduce_min_sync(kFullMask, score);
       int target = -1;
       uint64_t target_bucket = 0;
-      if (best != ~0u) {
-        const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
-        target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
-        target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
+      if (any_writes) {
+        const uint32_t occupied = __ballot_sync(kFullMask, live[k] && seen[k] != 0);
+        const uint32_t empty = __ballot_sync(kFullMask, live[k] && seen[k] == 0);
+        const uint32_t lanes = bucket_lanes<T::S>(lane);
+        unsigned score = ~0u;
+        if (s == 0 && live[k] && (empty & lanes))
+          score = (unsigned(__popc(occupied & lanes)) << 16) | (unsigned(T::L - 1 - d) << 8) | unsigned(j);
+        const unsigned best = __reduce_min_sync(kFullMask, score);
+        if (best != ~0u) {
+          const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
+          target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
+          target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
+        }
       }
       if (lane == base + k) my_candidates = candidates, my_target = target, my_target_bucket = target_bucket;
     }
@@ -117,7 +121,7 @@ __global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
       const int cl = __ffs(c) - 1;
       const int cs = cl % T::S, cd = (cl / T::S) % T::L, cj = cl / (T::S * T::L);
       const uint32_t clevel = t.bottom + cd;
-      const uint64_t cb = format::bucket_at(mine.hash[cj], clevel);
+      const uint64_t cb = format::bucket_at(pick(mine.hash, cj), clevel);
       std::byte* bucket = t.bucket(clevel, cb);
       bool match;
       if constexpr (T::Layout::kKeyIsState) {
@@ -153,15 +157,10 @@ __global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
   if (t.has_heap) {
     word = allocate_cells_warp(t, __ballot_sync(kFullMask, writes_new || writes_value), lane);
     if ((writes_new || writes_value) && word == kNoCell) defer = true;
-    uint32_t fill = __ballot_sync(kFullMask, (writes_new || writes_value) && word != kNoCell);
-    while (fill) {
-      const int src = __ffs(fill) - 1;
-      fill &= fill - 1;
-      const uint64_t cell = __shfl_sync(kFullMask, word, src);
-      const uint32_t op_index = __shfl_sync(kFullMask, i, src);
-      if (lane == 0) t.before_persistent_store();
-      warp_copy(t.cell(cell), bv.value(op_index), bv.value_width, lane);
-    }
+    const bool fills = (writes_new || writes_value) && word != kNoCell;
+    if (fills) t.before_persistent_store();
+    warp_copy_lanes(__ballot_sync(kFullMask, fills), fills ? bv.value(i) : nullptr, fills ? t.cell(word) : nullptr,
+                    bv.value_width, lane);
     t.persist_barrier();
   }
   // Claims and new slots.
@@ -231,14 +230,9 @@ __global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
   if ((simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i) && !t.has_heap)
     write_inline_value(bv.out(i), f_value, bv.value_width);
   if (t.has_heap) {
-    uint32_t copies = __ballot_sync(kFullMask, (simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i));
-    while (copies) {
-      const int src = __ffs(copies) - 1;
-      copies &= copies - 1;
-      const uint64_t cell = __shfl_sync(kFullMask, f_value, src);
-      const uint32_t op_index = __shfl_sync(kFullMask, i, src);
-      warp_copy(bv.out(op_index), t.cell(cell), bv.value_width, lane);
-    }
+    const bool copies = (simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i);
+    warp_copy_lanes(__ballot_sync(kFullMask, copies), copies ? t.cell(f_value) : nullptr, copies ? bv.out(i) : nullptr,
+                    bv.value_width, lane);
   }
 
   // The serial warp-cooperative path: runs of several operations and deferred ones.
@@ -256,6 +250,153 @@ __global__ void __launch_bounds__(256) batch_kernel(T t, BatchView bv) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) delta += __shfl_xor_sync(kFullMask, delta, o);
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+}
+
+}  // namespace gphash::engine::gpu
+
+namespace gphash::engine::gpu {
+
+// Resize with the tag mirror: every item of the old bottom level moves into the levels above it.
+// `upper` is the table seen from one level up, its mirror already built (the new top level's
+// tags are all empty). Pipelined like batch_kernel: the warp probes 8 items' candidates at a
+// time, then every lane claims and fills its item's new slot and clears the old one. Idempotent
+// (an item found above is only cleared below), so an interrupted resize resumes by running the
+// rehash again.
+template <class T>
+__global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constant__ T upper, uint32_t old_level, ScanCounters* out) {
+  constexpr int kInFlight = 8;
+  const int lane = threadIdx.x & 31;
+  const uint64_t slot_index = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const uint64_t slots = format::level_buckets(old_level) * T::S;
+  std::byte* old_bucket = nullptr;
+  int old_slot = 0;
+  uint64_t state = 0;
+  if (slot_index < slots) {
+    old_bucket = upper.level[old_level] + (slot_index / T::S) * T::Layout::kBytes;
+    old_slot = static_cast<int>(slot_index % T::S);
+    state = load_volatile(T::state_word(old_bucket, old_slot));
+  }
+  const bool item = format::is_published(state);
+  KeyProbe<T> mine{};
+  uint64_t value = 0;
+  if (item) {
+    uint64_t key[T::kKeyWords];
+#pragma unroll
+    for (int w = 0; w < T::kKeyWords; ++w)
+      key[w] = T::Layout::kKeyIsState ? format::decode_key_word(state) : T::key_words(old_bucket, old_slot)[w];
+    make_probe(upper, key, mine);
+    value = load_volatile(T::value_word(old_bucket, old_slot));
+  }
+  const uint32_t items = __ballot_sync(kFullMask, item);
+  if (!items) return;
+  const int s = lane % T::S, d = (lane / T::S) % T::L, j = lane / (T::S * T::L);
+  const uint32_t level = upper.bottom + d;
+  uint32_t my_candidates = 0;
+  int my_target = -1;
+  uint64_t my_target_bucket = 0;
+  for (int base = 0; base < 32; base += kInFlight) {
+    if (!((items >> base) & ((1u << kInFlight) - 1))) continue;
+    uint64_t seen[kInFlight], bucket_of[kInFlight];
+    bool live[kInFlight];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      uint64_t h[T::H];
+#pragma unroll
+      for (int x = 0; x < T::H; ++x) h[x] = __shfl_sync(kFullMask, mine.hash[x], base + k);
+      const uint64_t b = format::bucket_at(pick(h, j), level);
+      bucket_of[k] = b;
+      live[k] = (items >> (base + k)) & 1;
+#pragma unroll
+      for (int x = 0; x < T::H; ++x)
+        if (x < j && format::bucket_at(h[x], level) == b) live[k] = false;
+      seen[k] = live[k] ? __ldcg(upper.tags + upper.tag_index(level, b, s)) : 1;
+    }
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      const uint64_t want = __shfl_sync(kFullMask, uint32_t(mine.tag), base + k);
+      const uint32_t candidates = __ballot_sync(kFullMask, live[k] && seen[k] == want);
+      const uint32_t occupied = __ballot_sync(kFullMask, live[k] && seen[k] != 0);
+      const uint32_t empty = __ballot_sync(kFullMask, live[k] && seen[k] == 0);
+      const uint32_t lanes = bucket_lanes<T::S>(lane);
+      unsigned score = ~0u;
+      if (s == 0 && live[k] && (empty & lanes))
+        score = (unsigned(__popc(occupied & lanes)) << 16) | (unsigned(T::L - 1 - d) << 8) | unsigned(j);
+      const unsigned best = __reduce_min_sync(kFullMask, score);
+      int target = -1;
+      uint64_t target_bucket = 0;
+      if (best != ~0u) {
+        const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
+        target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
+        target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
+      }
+      if (lane == base + k) my_candidates = candidates, my_target = target, my_target_bucket = target_bucket;
+    }
+  }
+  // Already copied up by an interrupted earlier attempt?
+  bool copied = false;
+  if (item) {
+    for (uint32_t c = my_candidates; c && !copied; c &= c - 1) {
+      const int cl = __ffs(c) - 1;
+      const int cs = cl % T::S, cd = (cl / T::S) % T::L, cj = cl / (T::S * T::L);
+      std::byte* bucket = upper.bucket(upper.bottom + cd, format::bucket_at(pick(mine.hash, cj), upper.bottom + cd));
+      if constexpr (T::Layout::kKeyIsState) {
+        copied = load_volatile(T::state_word(bucket, cs)) == mine.published;
+      } else {
+        bool eq = true;
+#pragma unroll
+        for (int w = 0; w < T::kKeyWords; ++w) eq &= T::key_words(bucket, cs)[w] == mine.key[w];
+        copied = eq;
+      }
+    }
+  }
+  bool claimed = false;
+  const uint32_t t_level = upper.bottom + (my_target / T::S) % T::L;
+  const int t_slot = my_target % T::S;
+  if (item && !copied && my_target >= 0) {
+    LaneSlot<T> ls;
+    ls.tag_index = upper.tag_index(t_level, my_target_bucket, t_slot);
+    claimed = claim_slot<Access::kMirror>(upper, ls);
+  }
+  if (claimed) link_slot<Access::kMirror>(upper, t_level, my_target_bucket, t_slot,
+                                          upper.tag_index(t_level, my_target_bucket, t_slot), mine.key,
+                                          mine.published, mine.tag, value);
+  // What the pipelined pass could not place goes one at a time through the warp path.
+  uint32_t work = __ballot_sync(kFullMask, item && !copied && !claimed);
+  while (work) {
+    const int src = __ffs(work) - 1;
+    work &= work - 1;
+    KeyProbe<T> p;
+#pragma unroll
+    for (int w = 0; w < T::kKeyWords; ++w) p.key[w] = __shfl_sync(kFullMask, mine.key[w], src);
+#pragma unroll
+    for (int x = 0; x < T::H; ++x) p.hash[x] = __shfl_sync(kFullMask, mine.hash[x], src);
+    p.published = __shfl_sync(kFullMask, mine.published, src);
+    p.tag = static_cast<uint8_t>(__shfl_sync(kFullMask, uint32_t(mine.tag), src));
+    const uint64_t v = __shfl_sync(kFullMask, value, src);
+    LaneSlot<T> ls = lane_slot(upper, p, lane);
+    bool placed = false;
+    for (;;) {
+      const WarpProbe r = warp_probe<Access::kMirror>(upper, p, ls, lane);
+      if (r.found) {
+        placed = true;
+        break;
+      }
+      if (r.target < 0) break;
+      const bool won = lane == r.target && claim_slot<Access::kMirror>(upper, ls);
+      if (won) link_slot<Access::kMirror>(upper, ls.level, ls.bucket, ls.slot, ls.tag_index, p.key, p.published, p.tag, v);
+      if (__any_sync(kFullMask, won)) {
+        placed = true;
+        break;
+      }
+    }
+    if (lane == src) claimed = placed;  // `claimed` now means: the item is above
+    if (!placed && lane == 0) atomicAdd(&out->corrupt, 1ull);
+  }
+  if (item && (copied || claimed)) {
+    upper.before_persistent_store();
+    store_volatile(T::state_word(old_bucket, old_slot), format::kSlotEmpty);
+    upper.persist_barrier();
+  }
 }
 
 }  // namespace gphash::engine::gpu

@@ -35,7 +35,7 @@ namespace gphash::engine::gpu {
 // After the table or heap grew: the runs handed to the slow path, again in parallel. New
 // failures go to bv.pending (the other buffer).
 template <Access A, class T>
-__global__ void __launch_bounds__(256) rerun_kernel(T t, BatchView bv, const uint32_t* entries, uint64_t count,
+__global__ void __launch_bounds__(256) rerun_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv, const uint32_t* entries, uint64_t count,
                                                     SlowPathFlags flags) {
   const int lane = threadIdx.x & 31;
   const uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(256) rerun_kernel(T t, BatchView bv, const uin
 }
 
 template <class T>
-__global__ void __launch_bounds__(256) thread_batch_kernel(T t, BatchView bv) {
+__global__ void __launch_bounds__(256) thread_batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv) {
   const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (pos >= bv.n) return;
   if (bv.sort_keys && pos > 0 && bv.sort_keys[pos] == bv.sort_keys[pos - 1]) return;
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(256) thread_batch_kernel(T t, BatchView bv) {
 // where allowed. It stops at the first run that needs a resize or a larger heap and reports
 // where; the host provides that and launches it again from there.
 template <Access A, class T>
-__global__ void slow_path_kernel(T t, BatchView bv, uint32_t* entries, uint64_t first, uint64_t count,
+__global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv, uint32_t* entries, uint64_t first, uint64_t count,
                                  SlowPathFlags flags) {
   const int lane = threadIdx.x & 31;
   long long delta = 0;
@@ -99,16 +99,17 @@ __global__ void slow_path_kernel(T t, BatchView bv, uint32_t* entries, uint64_t 
   }
 }
 
-// The plan: each operation's hash prefix (top 32 bits of its first hash: equal keys get equal
-// prefixes, and sorting by it also sorts by top-level bucket, which helps locality).
+// The plan: each operation's hash prefix, so equal keys sort next to each other. It is the low
+// half of the first hash, which no bucket index uses: sorting by bucket bits instead would give
+// the lanes of a warp neighbouring buckets, and their inserts would race for the same slots.
 template <class T>
-__global__ void plan_kernel(T t, const uint64_t* keys, size_t n, uint32_t* prefix, uint32_t* index) {
+__global__ void plan_kernel(const __grid_constant__ T t, const uint64_t* keys, size_t n, uint32_t* prefix, uint32_t* index) {
   const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
   uint64_t key[T::kKeyWords];
 #pragma unroll
   for (int w = 0; w < T::kKeyWords; ++w) key[w] = keys[i * T::kKeyWords + w];
-  prefix[i] = static_cast<uint32_t>(format::xxh64_words<T::kKeyWords>(key, t.seed[0]) >> 32);
+  prefix[i] = static_cast<uint32_t>(format::xxh64_words<T::kKeyWords>(key, t.seed[0]));
   index[i] = static_cast<uint32_t>(i);
 }
 
@@ -116,7 +117,7 @@ __global__ void plan_kernel(T t, const uint64_t* keys, size_t n, uint32_t* prefi
 // the heap cells they reference (a reference outside the heap or a shared cell is corruption)
 // and writes the tag mirror.
 template <class T>
-__global__ void scan_level_kernel(T t, uint32_t level, bool recover, bool build_mirror, uint32_t* cell_bits,
+__global__ void scan_level_kernel(const __grid_constant__ T t, uint32_t level, bool recover, bool build_mirror, uint32_t* cell_bits,
                                   ScanCounters* out) {
   const uint64_t slot_index = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const uint64_t slots = format::level_buckets(level) * T::S;
@@ -165,7 +166,7 @@ __global__ void scan_level_kernel(T t, uint32_t level, bool recover, bool build_
 // item already copied up is only cleared below, so an interrupted resize resumes by running
 // this again.
 template <class T>
-__global__ void rehash_kernel(T upper, uint32_t old_level, ScanCounters* out) {
+__global__ void rehash_kernel(const __grid_constant__ T upper, uint32_t old_level, ScanCounters* out) {
   const int lane = threadIdx.x & 31;
   const uint64_t slot_index = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const uint64_t slots = format::level_buckets(old_level) * T::S;

@@ -28,7 +28,9 @@ struct ThreadOps {
   __device__ Found probe(const KeyProbe<T>& p) const {
     Found f{};
     int best_load = T::S + 1;
+#pragma unroll
     for (int d = T::L - 1; d >= 0; --d)
+#pragma unroll
       for (int j = 0; j < T::H; ++j) {
         const uint32_t level = t.bottom + d;
         const uint64_t b = format::bucket_at(p.hash[j], level);

@@ -71,6 +71,34 @@ __device__ inline void warp_copy(std::byte* dst, const std::byte* src, uint32_t 
   }
 }
 
+// For every lane in `lanes`, copies `width` bytes from that lane's `src` to its `dst`. Values of
+// up to 128 bytes go four at a time (8 lanes of 16 bytes each), so the reads of four copies are
+// in flight together instead of one after the other.
+__device__ inline void warp_copy_lanes(uint32_t lanes, const std::byte* src, std::byte* dst, uint32_t width, int lane) {
+  const bool mine = (lanes >> lane) & 1;
+  const bool narrow = __all_sync(kFullMask, !mine || (width <= 128 && width % 16 == 0 && aligned(src, 16) && aligned(dst, 16)));
+  if (!narrow) {
+    while (lanes) {
+      const int from = __ffs(lanes) - 1;
+      lanes &= lanes - 1;
+      warp_copy(reinterpret_cast<std::byte*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from)),
+                reinterpret_cast<const std::byte*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from)),
+                width, lane);
+    }
+    return;
+  }
+  const int group = lane / 8, part = lane % 8;
+  while (lanes) {
+    uint32_t rest = lanes;
+    for (int g = 0; g < group && rest; ++g) rest &= rest - 1;
+    const int from = rest ? __ffs(rest) - 1 : 0;
+    const auto s = reinterpret_cast<const std::byte*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from));
+    const auto d = reinterpret_cast<std::byte*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from));
+    if (rest && part * 16u < width) *reinterpret_cast<uint4*>(d + part * 16) = *reinterpret_cast<const uint4*>(s + part * 16);
+    for (int g = 0; g < 4 && lanes; ++g) lanes &= lanes - 1;
+  }
+}
+
 __device__ inline uint64_t read_inline_value(const std::byte* src, uint32_t width) {
   if (width == 8 && aligned(src, 8)) return *reinterpret_cast<const uint64_t*>(src);
   uint64_t v = 0;
@@ -120,7 +148,7 @@ __device__ LaneSlot<T> lane_slot(const T& t, const KeyProbe<T>& p, int lane) {
   ls.d = (lane / T::S) % T::L;
   ls.j = lane / (T::S * T::L);
   ls.level = t.bottom + ls.d;
-  ls.bucket = format::bucket_at(p.hash[ls.j], ls.level);
+  ls.bucket = format::bucket_at(pick(p.hash, ls.j), ls.level);
   ls.live = true;
 #pragma unroll
   for (int i = 0; i < T::H; ++i)
