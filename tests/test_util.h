@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gphash/ops.h"
+#include "gphash/table.h"
 
 namespace gphash::testing {
 
@@ -33,6 +34,18 @@ class TempPool {
  private:
   std::string path_;
 };
+
+// Whether the GPU engine can run here (a build with CUDA and a usable GPU).
+inline bool have_gpu() {
+  OpenOptions o;
+  o.engine = EngineKind::kGpu;
+  try {
+    Table::create("mem:", {}, o);
+    return true;
+  } catch (const Error& e) {
+    return false;
+  }
+}
 
 // The reference: applies operations one at a time, in order.
 class Model {
