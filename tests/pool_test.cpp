@@ -383,13 +383,26 @@ uint64_t initial_pool_bytes(const TableConfig& config) {
   return probe.info().pool_bytes;
 }
 
-TEST(PoolExhaustion, FullHeapLosesNothing) {
+// The exhaustion tests run on both engines (the GPU one where there is a GPU).
+class PoolExhaustion : public ::testing::TestWithParam<EngineKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == EngineKind::kGpu && !testing::have_gpu()) GTEST_SKIP() << "no GPU engine here";
+  }
+  OpenOptions engine_options() const {
+    OpenOptions o;
+    o.engine = GetParam();
+    return o;
+  }
+};
+
+TEST_P(PoolExhaustion, FullHeapLosesNothing) {
   TempPool pool("heap-full");
   // 64-byte values live in the heap. The heap's first chunk holds 1024 cells, the table 1536 slots:
   // the heap runs out first, and the limit leaves no room to add a heap chunk (64 KiB more) or a
   // level (32 KiB more).
   const TableConfig config{8, 64, {}, 1000, 11};
-  OpenOptions options;
+  OpenOptions options = engine_options();
   options.max_pool_bytes = initial_pool_bytes(config) + 4096;
   Table t = Table::create(pool.path(), config, options);
   const uint64_t heap_cells = t.info().heap_cells;
@@ -447,9 +460,9 @@ TEST(PoolExhaustion, FullHeapLosesNothing) {
   EXPECT_TRUE(reopened.check().ok);
 }
 
-TEST(PoolExhaustion, FullTableWithoutResizeLosesNothing) {
+TEST_P(PoolExhaustion, FullTableWithoutResizeLosesNothing) {
   TempPool pool("table-full");
-  OpenOptions options;
+  OpenOptions options = engine_options();
   options.auto_resize = false;
   for (uint32_t value_width : {8u, 24u}) {
     SCOPED_TRACE(value_width);
@@ -489,10 +502,10 @@ TEST(PoolExhaustion, FullTableWithoutResizeLosesNothing) {
   }
 }
 
-TEST(PoolExhaustion, SizeLimitStopsResizeButKeepsData) {
+TEST_P(PoolExhaustion, SizeLimitStopsResizeButKeepsData) {
   TempPool pool("size-limit");
   const TableConfig config{8, 8, {}, 16, 13};
-  OpenOptions options;
+  OpenOptions options = engine_options();
   options.max_pool_bytes = initial_pool_bytes(config) + 2 * 4096;  // room for two more levels at most
   Table t = Table::create(pool.path(), config, options);
   std::vector<uint64_t> acked;
@@ -573,4 +586,9 @@ TEST(HeaderFallback, TornNewerCopyFallsBackToOlder) {
 }
 
 }  // namespace
+INSTANTIATE_TEST_SUITE_P(Engines, PoolExhaustion, ::testing::Values(EngineKind::kCpu, EngineKind::kGpu),
+                         [](const ::testing::TestParamInfo<EngineKind>& i) {
+                           return i.param == EngineKind::kGpu ? std::string("gpu") : std::string("cpu");
+                         });
+
 }  // namespace gphash
