@@ -58,15 +58,18 @@ class CpuEngine final : public Engine {
     if (dirty && pool.read_only())
       throw Error(ErrorCode::kInvalidArgument,
                   "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
+    const bool resumed_resize = dirty && meta_.header().resize_state == format::kResizeRehashing;
     if (dirty) recover();
     if (!pool.read_only()) meta_.mark_open_dirty();
     if (dirty || meta_.has_heap()) {
       std::vector<uint64_t> used;
-      items_ = table_.count_and_mark_cells(threads_, &used);
+      items_ = table_.count_and_mark_cells(threads_, &used, /*clear_inserting=*/dirty);
+      if (dirty && !resumed_resize) GPHASH_CRASH_POINT("recovery.after_clear_inserting");
       if (meta_.has_heap()) cells_.reset(meta_.heap_cells(), used, threads_);
     } else {
       items_ = meta_.header().item_count;
     }
+    if (dirty) stats_.recovery_seconds = seconds_since(t0);
     stats_.recovered = dirty;
     stats_.open_seconds = seconds_since(t0);
   }
@@ -263,13 +266,16 @@ class CpuEngine final : public Engine {
     stats_.last_resize_seconds = seconds_since(t0);
   }
 
+  // Before the first operation: resolve an interrupted move and finish an interrupted resize.
+  // Slots left INSERTING elsewhere are emptied by the counting pass that follows.
   void recover() {
     GPHASH_CRASH_POINT("recovery.begin");
     table_.resolve_move_record();
     GPHASH_CRASH_POINT("recovery.after_resolve_move");
-    table_.clear_inserting(threads_);
-    GPHASH_CRASH_POINT("recovery.after_clear_inserting");
     if (meta_.header().resize_state == format::kResizeRehashing) {
+      // The rehash must not meet INSERTING slots; otherwise the recount empties them in its pass.
+      table_.clear_inserting(threads_);
+      GPHASH_CRASH_POINT("recovery.after_clear_inserting");
       table_.rehash_bottom(threads_);
       GPHASH_CRASH_POINT("recovery.after_rehash");
       meta_.finish_resize();
