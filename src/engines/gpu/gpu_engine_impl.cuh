@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,9 @@ class GpuEngine final : public Engine {
   }
 
   void execute(const Batch& batch) override {
+    // Batches share this engine's stream and staging buffers, so even searching batches (which
+    // the facade lets overlap) run one at a time here.
+    std::lock_guard lock(execute_mutex_);
     for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
       execute_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset));
   }
@@ -351,7 +355,10 @@ class GpuEngine final : public Engine {
     }
     reset_counters(fresh_next_);
     GPHASH_CUDA(cudaEventRecord(start_, stream_));
-    if (!search_only) plan(bv);
+    // Writing batches are always planned (per-key order). Searching batches too when the table is
+    // host-mapped: there combining a Zipf-hot key's reads into one PCIe access is worth the sort;
+    // in GPU memory the sort would cost more than it saves.
+    if (!search_only || !gpu_memory_) plan(bv);
     GPHASH_CUDA(cudaEventRecord(planned_, stream_));
     launch_batch(bv);
     GPHASH_CUDA(cudaEventRecord(ran_, stream_));
@@ -628,6 +635,7 @@ class GpuEngine final : public Engine {
   TableMeta meta_;
   OpenOptions options_;
   bool gpu_memory_;
+  std::mutex execute_mutex_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, planned_ = nullptr, ran_ = nullptr, stop_ = nullptr;
   BatchCounters* counters_ = nullptr;
