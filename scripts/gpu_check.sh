@@ -33,6 +33,8 @@ if ! { cmake -S "$root" -B "$build" "${cmake_args[@]}" && cmake --build "$build"
 fi
 echo "build: $(($(date +%s) - t0)) s"
 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 900 >"$out/gpu_tests.log" 2>&1 || status=1
+# The GPU cases of suites that cover both engines (labelled cpu: they skip the GPU elsewhere).
+ctest --test-dir "$build" -L cpu -R "(/gpu$|GpuEngine)" --output-on-failure --timeout 900 >"$out/gpu_cases_tests.log" 2>&1 || status=1
 # The CPU tests run in CI; here only on request (GPHASH_CHECK_CPU=1), to fit one 10-minute call.
 if [[ ${GPHASH_CHECK_CPU:-0} == 1 ]]; then
   ctest --test-dir "$build" -L cpu -j "$(nproc)" --timeout 900 >"$out/cpu_tests.log" 2>&1 || status=1
@@ -50,6 +52,7 @@ fi
 rm -f /dev/shm/gphash-bench-gpu
 echo "==== summary"
 grep -E "tests passed|tests failed|Total Test" "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
+grep -E "tests passed|tests failed" "$out/gpu_cases_tests.log" | sed 's/^/gpu cases of shared suites: /'
 [[ -f "$out/cpu_tests.log" ]] && grep -E "tests passed|tests failed|Total Test" "$out/cpu_tests.log" | sed 's/^/cpu tests: /'
 grep -hE "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$out"/*_tests.log | head -20
 [[ -f "$out/gpu_kill_test.log" ]] && grep -E "kills|PASSED|FAILED" "$out/gpu_kill_test.log" | sed 's/^/gpu kill test: /' | head -5
