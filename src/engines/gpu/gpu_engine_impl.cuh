@@ -428,7 +428,10 @@ class GpuEngine final : public Engine {
     uint64_t need_slot = host_counters_->pending_slot, need_cell = host_counters_->pending_cell;
     while (count) {
       bool grew = false;
-      if (need_cell && !flags.heap_exhausted) grew |= try_grow(&GpuEngine::grow_heap, &flags.heap_exhausted);
+      // Cells freed earlier in this batch are safe to reuse now: the parallel pass is over and no
+      // pending run has freed anything. Only if there are none does the heap grow.
+      if (need_cell && !flags.heap_exhausted)
+        grew |= reclaim_freed_cells() || try_grow(&GpuEngine::grow_heap, &flags.heap_exhausted);
       const double load = static_cast<double>(items_ + host_counters_->item_delta) / static_cast<double>(slot_capacity());
       // Without resizing, displacement is the only way: it takes any number of runs then.
       const bool displace = need_slot && !flags.table_exhausted &&
@@ -617,6 +620,20 @@ class GpuEngine final : public Engine {
     if (free_count_)
       GPHASH_CUDA(cudaMemcpyAsync(bigger.get(), free_cells_.get(), free_count_ * 8, cudaMemcpyDeviceToDevice, stream_));
     free_cells_ = std::move(bigger);
+  }
+
+  // In the slow path: the cells this batch freed join the free stack at once. True if any did.
+  bool reclaim_freed_cells() {
+    read_counters();
+    if (host_counters_->cells_freed == 0) return false;
+    settle_heap();
+    ensure_free_stack(free_count_ + dt_.heap.freed_capacity);
+    dt_.heap.free_cells = free_cells_.get();
+    dt_.heap.free_count = free_count_;
+    const unsigned long long restart[3] = {0, fresh_next_, 0};  // cells_taken, fresh_next, cells_freed
+    GPHASH_CUDA(cudaMemcpyAsync(counters_, restart, sizeof restart, cudaMemcpyHostToDevice, stream_));
+    read_counters();
+    return true;
   }
 
   // After a batch: cells taken from the stack are gone from its top, freed cells join it.
