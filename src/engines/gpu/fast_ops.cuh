@@ -38,32 +38,29 @@ __device__ uint64_t allocate_cells_warp(const T& t, uint32_t need, int lane) {
   return f < t.heap.capacity ? f : kNoCell;
 }
 
+// What phase 1 found for one operation: the lanes whose slot word matches its probe (candidates
+// to confirm) and, when asked, its insert target: the first empty slot of the least-loaded bucket
+// (ties to the lowest level, then the first hash), as a lane number, or -1 when all are full.
+struct Candidates {
+  uint32_t lanes = 0;
+  int target = -1;
+  uint64_t target_bucket = 0;
+};
+
+// GPHash's one-shot warp access for the operations of the lanes in `ops`: for each in turn every
+// lane reads one of its 32 candidate slot words (the tag mirror's, or the pool's state word), and
+// ballots name candidates, empty slots and the least-loaded bucket. The loads of 8 operations are
+// issued before any is used, so a warp has 8 operations' reads in flight instead of one. Each lane
+// of `ops` gets its own operation's result.
 template <Access A, class T>
-__global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv) {
+__device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe<T>& mine, uint32_t ops, bool find_targets,
+                                                      int lane) {
   constexpr int kInFlight = 8;
-  const int lane = threadIdx.x & 31;
-  const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  const bool head = pos < bv.n && (!bv.sort_keys || pos == 0 || bv.sort_keys[pos] != bv.sort_keys[pos - 1]);
-  const bool single = head && (!bv.sort_keys || pos + 1 >= bv.n || bv.sort_keys[pos + 1] != bv.sort_keys[pos]);
-  const uint32_t i = single ? bv.op_index(pos) : 0;
-  KeyProbe<T> mine{};
-  if (single) make_probe(t, bv.keys + size_t{i} * T::kKeyWords, mine);
-  const Op op = single ? bv.op(i) : Op::kSearch;
-  bool reserved = false;
-  if constexpr (T::Layout::kKeyIsState) reserved = single && format::is_reserved_key(mine.key[0]);
-  if (reserved) bv.status[i] = static_cast<uint8_t>(OpStatus::kReservedKey);
-  const uint32_t simple = __ballot_sync(kFullMask, single && !reserved);
-  // A warp of searches needs no insert targets: skip the occupancy ballots.
-  const bool any_writes = __any_sync(kFullMask, single && op != Op::kSearch);
   const int s = lane % T::S, d = (lane / T::S) % T::L, j = lane / (T::S * T::L);
   const uint32_t level = t.bottom + d;
-
-  // Phase 1.
-  uint32_t my_candidates = 0;
-  int my_target = -1;
-  uint64_t my_target_bucket = 0;
+  Candidates mine_found;
   for (int base = 0; base < 32; base += kInFlight) {
-    if (!((simple >> base) & ((1u << kInFlight) - 1))) continue;
+    if (!((ops >> base) & ((1u << kInFlight) - 1))) continue;
     uint64_t seen[kInFlight], bucket_of[kInFlight];
     bool live[kInFlight];
 #pragma unroll
@@ -73,7 +70,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       for (int x = 0; x < T::H; ++x) h[x] = __shfl_sync(kFullMask, mine.hash[x], base + k);
       const uint64_t b = format::bucket_at(pick(h, j), level);
       bucket_of[k] = b;
-      live[k] = (simple >> (base + k)) & 1;
+      live[k] = (ops >> (base + k)) & 1;
 #pragma unroll
       for (int x = 0; x < T::H; ++x)
         if (x < j && format::bucket_at(h[x], level) == b) live[k] = false;
@@ -89,10 +86,9 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
         want = __shfl_sync(kFullMask, uint32_t(mine.tag), base + k);
       else
         want = __shfl_sync(kFullMask, mine.published, base + k);
-      const uint32_t candidates = __ballot_sync(kFullMask, live[k] && seen[k] == want);
-      int target = -1;
-      uint64_t target_bucket = 0;
-      if (any_writes) {
+      Candidates found;
+      found.lanes = __ballot_sync(kFullMask, live[k] && seen[k] == want);
+      if (find_targets) {
         const uint32_t occupied = __ballot_sync(kFullMask, live[k] && seen[k] != 0);
         const uint32_t empty = __ballot_sync(kFullMask, live[k] && seen[k] == 0);
         const uint32_t lanes = bucket_lanes<T::S>(lane);
@@ -102,13 +98,37 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
         const unsigned best = __reduce_min_sync(kFullMask, score);
         if (best != ~0u) {
           const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
-          target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
-          target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
+          found.target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
+          found.target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
         }
       }
-      if (lane == base + k) my_candidates = candidates, my_target = target, my_target_bucket = target_bucket;
+      if (lane == base + k) mine_found = found;
     }
   }
+  return mine_found;
+}
+
+template <Access A, class T>
+__global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv) {
+  const int lane = threadIdx.x & 31;
+  const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const bool head = pos < bv.n && (!bv.sort_keys || pos == 0 || bv.sort_keys[pos] != bv.sort_keys[pos - 1]);
+  const bool single = head && (!bv.sort_keys || pos + 1 >= bv.n || bv.sort_keys[pos + 1] != bv.sort_keys[pos]);
+  const uint32_t i = single ? bv.op_index(pos) : 0;
+  KeyProbe<T> mine{};
+  if (single) make_probe(t, bv.keys + size_t{i} * T::kKeyWords, mine);
+  const Op op = single ? bv.op(i) : Op::kSearch;
+  bool reserved = false;
+  if constexpr (T::Layout::kKeyIsState) reserved = single && format::is_reserved_key(mine.key[0]);
+  if (reserved) bv.status[i] = static_cast<uint8_t>(OpStatus::kReservedKey);
+  const uint32_t simple = __ballot_sync(kFullMask, single && !reserved);
+  // A warp of searches needs no insert targets: skip the occupancy ballots.
+  const bool any_writes = __any_sync(kFullMask, single && op != Op::kSearch);
+  // Phase 1.
+  const Candidates found_slots = scan_candidates<A>(t, mine, simple, any_writes, lane);
+  const uint32_t my_candidates = found_slots.lanes;
+  const int my_target = found_slots.target;
+  const uint64_t my_target_bucket = found_slots.target_bucket;
 
   // Phase 2: each lane its own operation.
   bool defer = false, found = false;
@@ -264,7 +284,6 @@ namespace gphash::engine::gpu {
 // rehash again.
 template <class T>
 __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constant__ T upper, uint32_t old_level, ScanCounters* out) {
-  constexpr int kInFlight = 8;
   const int lane = threadIdx.x & 31;
   const uint64_t slot_index = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const uint64_t slots = format::level_buckets(old_level) * T::S;
@@ -289,49 +308,10 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
   }
   const uint32_t items = __ballot_sync(kFullMask, item);
   if (!items) return;
-  const int s = lane % T::S, d = (lane / T::S) % T::L, j = lane / (T::S * T::L);
-  const uint32_t level = upper.bottom + d;
-  uint32_t my_candidates = 0;
-  int my_target = -1;
-  uint64_t my_target_bucket = 0;
-  for (int base = 0; base < 32; base += kInFlight) {
-    if (!((items >> base) & ((1u << kInFlight) - 1))) continue;
-    uint64_t seen[kInFlight], bucket_of[kInFlight];
-    bool live[kInFlight];
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      uint64_t h[T::H];
-#pragma unroll
-      for (int x = 0; x < T::H; ++x) h[x] = __shfl_sync(kFullMask, mine.hash[x], base + k);
-      const uint64_t b = format::bucket_at(pick(h, j), level);
-      bucket_of[k] = b;
-      live[k] = (items >> (base + k)) & 1;
-#pragma unroll
-      for (int x = 0; x < T::H; ++x)
-        if (x < j && format::bucket_at(h[x], level) == b) live[k] = false;
-      seen[k] = live[k] ? __ldcg(upper.tags + upper.tag_index(level, b, s)) : 1;
-    }
-#pragma unroll
-    for (int k = 0; k < kInFlight; ++k) {
-      const uint64_t want = __shfl_sync(kFullMask, uint32_t(mine.tag), base + k);
-      const uint32_t candidates = __ballot_sync(kFullMask, live[k] && seen[k] == want);
-      const uint32_t occupied = __ballot_sync(kFullMask, live[k] && seen[k] != 0);
-      const uint32_t empty = __ballot_sync(kFullMask, live[k] && seen[k] == 0);
-      const uint32_t lanes = bucket_lanes<T::S>(lane);
-      unsigned score = ~0u;
-      if (s == 0 && live[k] && (empty & lanes))
-        score = (unsigned(__popc(occupied & lanes)) << 16) | (unsigned(T::L - 1 - d) << 8) | unsigned(j);
-      const unsigned best = __reduce_min_sync(kFullMask, score);
-      int target = -1;
-      uint64_t target_bucket = 0;
-      if (best != ~0u) {
-        const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
-        target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
-        target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
-      }
-      if (lane == base + k) my_candidates = candidates, my_target = target, my_target_bucket = target_bucket;
-    }
-  }
+  const Candidates found_slots = scan_candidates<Access::kMirror>(upper, mine, items, true, lane);
+  const uint32_t my_candidates = found_slots.lanes;
+  const int my_target = found_slots.target;
+  const uint64_t my_target_bucket = found_slots.target_bucket;
   // Already copied up by an interrupted earlier attempt?
   bool copied = false;
   if (item) {

@@ -89,16 +89,7 @@ struct ThreadOps {
     for (size_t pos = begin; pos < end; ++pos) {
       const uint32_t i = bv.op_index(pos);
       const Op op = bv.op(i);
-      bv.status[i] = static_cast<uint8_t>(status_of(op, s.present));
-      std::byte* out = bv.out(i);
-      if (op == Op::kSearch && s.present && out) {
-        if (s.source != kFromTable)
-          lane_copy(out, bv.value(bv.op_index(begin + s.source)), bv.value_width);
-        else if (t.has_heap)
-          lane_copy(out, t.cell(stored), bv.value_width);
-        else
-          write_inline_value(out, stored, bv.value_width);
-      }
+      answer_in_run(t, bv, i, op, s, begin, stored);
       s = apply(transition_of(op, uint32_t(pos - begin)), s);
     }
     if (f.present && !s.present) {

@@ -113,6 +113,22 @@ __device__ inline void write_inline_value(std::byte* dst, uint64_t v, uint32_t w
   for (uint32_t k = 0; k < width; ++k) dst[k] = static_cast<std::byte>(v >> (8 * k));
 }
 
+// The answer to operation i of the run of one key that starts at plan position `begin`, given
+// the key's state before it: the status and, for a search that finds the key, the value (written
+// by an earlier operation of the run, or the table's value word `stored`).
+template <class T>
+__device__ void answer_in_run(const T& t, const BatchView& bv, uint32_t i, Op op, const KeyState& s, size_t begin, uint64_t stored) {
+  bv.status[i] = static_cast<uint8_t>(status_of(op, s.present));
+  std::byte* out = bv.out(i);
+  if (op != Op::kSearch || !s.present || !out) return;
+  if (s.source != kFromTable)
+    lane_copy(out, bv.value(bv.op_index(begin + s.source)), bv.value_width);
+  else if (t.has_heap)
+    lane_copy(out, t.cell(stored), bv.value_width);
+  else
+    write_inline_value(out, stored, bv.value_width);
+}
+
 // ---- value heap ---------------------------------------------------------------------------
 
 template <class T>
@@ -528,16 +544,7 @@ struct WarpOps {
       if (lane == 0) exclusive = kIdentity;
       const KeyState s = apply(exclusive, carry);
       if (active) {
-        bv.status[i] = static_cast<uint8_t>(status_of(op, s.present));
-        std::byte* out = bv.out(i);
-        if (op == Op::kSearch && s.present && out) {
-          if (s.source != kFromTable)
-            lane_copy(out, bv.value(bv.op_index(begin + s.source)), bv.value_width);
-          else if (t.has_heap)
-            lane_copy(out, t.cell(stored), bv.value_width);
-          else
-            write_inline_value(out, stored, bv.value_width);
-        }
+        answer_in_run(t, bv, i, op, s, begin, stored);
       }
       carry = apply(__shfl_sync(kFullMask, inclusive, 31), carry);
     }
