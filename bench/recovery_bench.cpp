@@ -114,11 +114,11 @@ Steps time_steps(const std::string& path, int threads) {
   // First touch of every page of the levels and heap: the page faults of a fresh mapping.
   t0 = Clock::now();
   std::vector<std::pair<const std::byte*, uint64_t>> extents;
-  for (uint32_t l = h.bottom_level; l <= meta.highest_level(); ++l)
+  for (uint32_t l = h.gphash.bottom_level; l <= meta.highest_level(); ++l)
     extents.emplace_back(meta.level(l), format::level_bytes(h, l));
   const format::HeapGeometry g = format::heap_geometry(h);
-  for (uint32_t c = 0; c < h.heap_chunk_count; ++c)
-    extents.emplace_back(pool->at<std::byte>(h.heap_chunk_offset[c]), g.chunk_cells(c) * h.cell_size);
+  for (uint32_t c = 0; c < h.gphash.heap_chunk_count; ++c)
+    extents.emplace_back(pool->at<std::byte>(h.gphash.heap_chunk_offset[c]), g.chunk_cells(c) * h.gphash.cell_size);
   uint64_t sink = 0;
   for (auto [p, bytes] : extents) {
     const int64_t pages = static_cast<int64_t>(bytes / 4096);
@@ -127,7 +127,7 @@ Steps time_steps(const std::string& path, int threads) {
   }
   st.fault_in = since(t0);
   if (sink == 42) std::printf(" ");
-  engine::dispatch(format::shape_of(h), h.key_width, [&]<class S, int K>() {
+  engine::dispatch(format::shape_of(h), h.gphash.key_width, [&]<class S, int K>() {
     engine::cpu::CellAllocator cells;
     engine::cpu::CpuTable<S, K> table(meta, engine::cpu::DirectMemory(pool.get()), cells);
     auto t = Clock::now();

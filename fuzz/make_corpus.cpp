@@ -83,10 +83,10 @@ void make_resizing(Bytes& pool) {
     const uint64_t align = uint64_t{1} << h.extent_align_log2;
     const uint32_t level = format::top_level(h) + 1;
     const uint64_t at = (h.pool_used + align - 1) / align * align;
-    h.level_offset[level] = at;
+    h.gphash.level_offset[level] = at;
     h.pool_used = at + format::level_bytes(h, level);
     h.pool_size = std::max(h.pool_size, (h.pool_used + align - 1) / align * align);
-    h.resize_state = format::kResizeRehashing;
+    h.gphash.resize_state = format::kResizeRehashing;
     h.clean_shutdown = 0;
     format::seal(h);
     std::memcpy(pool.data() + off, &h, sizeof h);
@@ -167,8 +167,8 @@ int main(int argc, char** argv) {
             if (other.generation > h.generation) h = other;  // the current header
             gphash::format::MaintenanceRecord rec{};
             rec.move_state = gphash::format::kMoveInProgress;
-            rec.move_from = gphash::format::pack({h.bottom_level, 0, 0});
-            rec.move_to = gphash::format::pack({h.bottom_level, 0, 1});
+            rec.move_from = gphash::format::pack({h.gphash.bottom_level, 0, 0});
+            rec.move_to = gphash::format::pack({h.gphash.bottom_level, 0, 1});
             std::memcpy(pool.data() + gphash::format::kMaintenanceOffset, &rec, sizeof rec);
           }
         }

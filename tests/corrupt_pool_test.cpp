@@ -201,7 +201,7 @@ TEST(CorruptPool, PristinePoolOpens) {
   const Pristine& p = pristine();
   ASSERT_EQ(p.bytes.size(), p.header[p.newer].pool_size);
   ASSERT_EQ(p.header[0].pool_size, p.header[1].pool_size) << "the truncation cases assume one pool_size";
-  ASSERT_GT(p.header[p.newer].heap_chunk_count, 1u) << "the pool should have a heap of several chunks";
+  ASSERT_GT(p.header[p.newer].gphash.heap_chunk_count, 1u) << "the pool should have a heap of several chunks";
   ASSERT_LT(p.bytes.size(), 256u * 1024) << "keep the matrix fast";
   Outcome o = try_open(p.bytes, expect_intact);
   EXPECT_TRUE(o.opened) << describe(o);
@@ -212,8 +212,8 @@ TEST(CorruptPool, Truncation) {
   const PoolHeader& h = p.header[p.newer];
   const uint64_t size = p.bytes.size();
   std::vector<uint64_t> cuts = {0, 1, 7, 8, 9, 4095, 4096, 4097, 8191, 8192, 12287, 12288, 12289,
-                                h.level_offset[h.bottom_level] + 100,  // mid-extent
-                                h.heap_chunk_offset[h.heap_chunk_count - 1],
+                                h.gphash.level_offset[h.gphash.bottom_level] + 100,  // mid-extent
+                                h.gphash.heap_chunk_offset[h.gphash.heap_chunk_count - 1],
                                 size - 4096, size - 1};
   for (uint64_t cut : cuts) {
     ASSERT_LT(cut, size);
@@ -385,40 +385,40 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 std::vector<Crafted> crafted_cases() {
   const Pristine& p = pristine();
   const PoolHeader& h0 = p.header[p.newer];
-  const uint32_t bottom = h0.bottom_level, top = format::top_level(h0);
+  const uint32_t bottom = h0.gphash.bottom_level, top = format::top_level(h0);
   const std::string lo = "level_offset[" + std::to_string(bottom) + "]";
   const std::string hi = "level_offset[" + std::to_string(top) + "]";
   const std::string above = "level_offset[" + std::to_string(top + 1) + "]";
-  const uint32_t chunks = h0.heap_chunk_count;
+  const uint32_t chunks = h0.gphash.heap_chunk_count;
   const uint64_t file_size = p.bytes.size();
   constexpr ErrorCode kCorrupt = ErrorCode::kCorruptHeader;
   std::vector<Crafted> v = {
       {"byte_order swapped", [](PoolHeader& h) { h.byte_order = 0x04030201; }, kCorrupt, "byte_order"},
-      {"key_width 12", [](PoolHeader& h) { h.key_width = 12; }, kCorrupt, "key_width"},
-      {"key_width 0", [](PoolHeader& h) { h.key_width = 0; }, kCorrupt, "key_width"},
-      {"key_width 16 (bucket_bytes no longer matches)", [](PoolHeader& h) { h.key_width = 16; }, kCorrupt,
+      {"key_width 12", [](PoolHeader& h) { h.gphash.key_width = 12; }, kCorrupt, "key_width"},
+      {"key_width 0", [](PoolHeader& h) { h.gphash.key_width = 0; }, kCorrupt, "key_width"},
+      {"key_width 16 (bucket_bytes no longer matches)", [](PoolHeader& h) { h.gphash.key_width = 16; }, kCorrupt,
        "bucket_bytes"},
-      {"value_width 0", [](PoolHeader& h) { h.value_width = 0; }, kCorrupt, "value_width"},
-      {"value_width 65537", [](PoolHeader& h) { h.value_width = 65537; }, kCorrupt, "value_width"},
-      {"value_width 8 (inline, heap fields set)", [](PoolHeader& h) { h.value_width = 8; }, kCorrupt, "cell_size"},
-      {"value_width 64 (larger than cell_size)", [](PoolHeader& h) { h.value_width = 64; }, kCorrupt, "cell_size"},
-      {"levels 3", [](PoolHeader& h) { h.levels = 3; }, kCorrupt, "levels/hashes/slots"},
-      {"levels 0", [](PoolHeader& h) { h.levels = 0; }, kCorrupt, "levels/hashes/slots"},
-      {"hashes 4 (2L-4H-8S)", [](PoolHeader& h) { h.hashes = 4; }, kCorrupt, "levels/hashes/slots"},
-      {"slots 16", [](PoolHeader& h) { h.slots = 16; }, kCorrupt, "levels/hashes/slots"},
-      {"slots 0", [](PoolHeader& h) { h.slots = 0; }, kCorrupt, "levels/hashes/slots"},
-      {"hash_function 2", [](PoolHeader& h) { h.hash_function = 2; }, kCorrupt, "hash_function"},
-      {"hash_function 0", [](PoolHeader& h) { h.hash_function = 0; }, kCorrupt, "hash_function"},
-      {"bucket_bytes + 8", [](PoolHeader& h) { h.bucket_bytes += 8; }, kCorrupt, "bucket_bytes"},
-      {"bucket_bytes - 8", [](PoolHeader& h) { h.bucket_bytes -= 8; }, kCorrupt, "bucket_bytes"},
-      {"bottom_level 40", [](PoolHeader& h) { h.bottom_level = 40; }, kCorrupt, "bottom_level"},
-      {"bottom_level 32 (top beyond 32)", [](PoolHeader& h) { h.bottom_level = format::kMaxLevel; }, kCorrupt,
+      {"value_width 0", [](PoolHeader& h) { h.gphash.value_width = 0; }, kCorrupt, "value_width"},
+      {"value_width 65537", [](PoolHeader& h) { h.gphash.value_width = 65537; }, kCorrupt, "value_width"},
+      {"value_width 8 (inline, heap fields set)", [](PoolHeader& h) { h.gphash.value_width = 8; }, kCorrupt, "cell_size"},
+      {"value_width 64 (larger than cell_size)", [](PoolHeader& h) { h.gphash.value_width = 64; }, kCorrupt, "cell_size"},
+      {"levels 3", [](PoolHeader& h) { h.gphash.levels = 3; }, kCorrupt, "levels/hashes/slots"},
+      {"levels 0", [](PoolHeader& h) { h.gphash.levels = 0; }, kCorrupt, "levels/hashes/slots"},
+      {"hashes 4 (2L-4H-8S)", [](PoolHeader& h) { h.gphash.hashes = 4; }, kCorrupt, "levels/hashes/slots"},
+      {"slots 16", [](PoolHeader& h) { h.gphash.slots = 16; }, kCorrupt, "levels/hashes/slots"},
+      {"slots 0", [](PoolHeader& h) { h.gphash.slots = 0; }, kCorrupt, "levels/hashes/slots"},
+      {"hash_function 2", [](PoolHeader& h) { h.gphash.hash_function = 2; }, kCorrupt, "hash_function"},
+      {"hash_function 0", [](PoolHeader& h) { h.gphash.hash_function = 0; }, kCorrupt, "hash_function"},
+      {"bucket_bytes + 8", [](PoolHeader& h) { h.gphash.bucket_bytes += 8; }, kCorrupt, "bucket_bytes"},
+      {"bucket_bytes - 8", [](PoolHeader& h) { h.gphash.bucket_bytes -= 8; }, kCorrupt, "bucket_bytes"},
+      {"bottom_level 40", [](PoolHeader& h) { h.gphash.bottom_level = 40; }, kCorrupt, "bottom_level"},
+      {"bottom_level 32 (top beyond 32)", [](PoolHeader& h) { h.gphash.bottom_level = format::kMaxLevel; }, kCorrupt,
        "bottom_level"},
-      {"bottom_level 0xFFFFFFFF (top wraps)", [](PoolHeader& h) { h.bottom_level = 0xFFFFFFFF; }, kCorrupt,
+      {"bottom_level 0xFFFFFFFF (top wraps)", [](PoolHeader& h) { h.gphash.bottom_level = 0xFFFFFFFF; }, kCorrupt,
        "bottom_level"},
-      {"bottom_level + 1 (directory does not match)", [](PoolHeader& h) { ++h.bottom_level; }, kCorrupt, "level_offset[*"},
-      {"resize_state 7", [](PoolHeader& h) { h.resize_state = 7; }, kCorrupt, "resize_state"},
-      {"resize_state 1 without the new top level", [](PoolHeader& h) { h.resize_state = 1; }, kCorrupt, above},
+      {"bottom_level + 1 (directory does not match)", [](PoolHeader& h) { ++h.gphash.bottom_level; }, kCorrupt, "level_offset[*"},
+      {"resize_state 7", [](PoolHeader& h) { h.gphash.resize_state = 7; }, kCorrupt, "resize_state"},
+      {"resize_state 1 without the new top level", [](PoolHeader& h) { h.gphash.resize_state = 1; }, kCorrupt, above},
       {"clean_shutdown 2", [](PoolHeader& h) { h.clean_shutdown = 2; }, kCorrupt, "clean_shutdown"},
       {"extent_align_log2 5", [](PoolHeader& h) { h.extent_align_log2 = 5; }, kCorrupt, "extent_align_log2"},
       {"extent_align_log2 31", [](PoolHeader& h) { h.extent_align_log2 = 31; }, kCorrupt, "extent_align_log2"},
@@ -428,48 +428,48 @@ std::vector<Crafted> crafted_cases() {
       {"pool_used > pool_size", [](PoolHeader& h) { h.pool_used = h.pool_size + 1; }, kCorrupt, "pool_used"},
       {"pool_used inside the prefix", [](PoolHeader& h) { h.pool_used = 4096; }, kCorrupt, "pool_used"},
       {"pool_used 0", [](PoolHeader& h) { h.pool_used = 0; }, kCorrupt, "pool_used"},
-      {"level_offset unaligned", [=](PoolHeader& h) { h.level_offset[bottom] += 8; }, kCorrupt, lo},
-      {"level_offset inside the header prefix", [=](PoolHeader& h) { h.level_offset[bottom] = 4096; }, kCorrupt, lo},
-      {"level_offset beyond pool_used", [=](PoolHeader& h) { h.level_offset[top] = align_up(h.pool_used, 4096); },
+      {"level_offset unaligned", [=](PoolHeader& h) { h.gphash.level_offset[bottom] += 8; }, kCorrupt, lo},
+      {"level_offset inside the header prefix", [=](PoolHeader& h) { h.gphash.level_offset[bottom] = 4096; }, kCorrupt, lo},
+      {"level_offset beyond pool_used", [=](PoolHeader& h) { h.gphash.level_offset[top] = align_up(h.pool_used, 4096); },
        kCorrupt, hi},
-      {"level_offset 2^63", [=](PoolHeader& h) { h.level_offset[top] = uint64_t{1} << 63; }, kCorrupt, hi},
-      {"level_offset missing for an active level", [=](PoolHeader& h) { h.level_offset[bottom] = 0; }, kCorrupt, lo},
+      {"level_offset 2^63", [=](PoolHeader& h) { h.gphash.level_offset[top] = uint64_t{1} << 63; }, kCorrupt, hi},
+      {"level_offset missing for an active level", [=](PoolHeader& h) { h.gphash.level_offset[bottom] = 0; }, kCorrupt, lo},
       {"level_offset set for the level above the top",
-       [=](PoolHeader& h) { h.level_offset[top + 1] = h.level_offset[bottom]; }, kCorrupt, above},
-      {"level_offset set for level 32", [=](PoolHeader& h) { h.level_offset[32] = h.level_offset[bottom]; }, kCorrupt,
+       [=](PoolHeader& h) { h.gphash.level_offset[top + 1] = h.gphash.level_offset[bottom]; }, kCorrupt, above},
+      {"level_offset set for level 32", [=](PoolHeader& h) { h.gphash.level_offset[32] = h.gphash.level_offset[bottom]; }, kCorrupt,
        "level_offset[32]"},
-      {"overlapping levels", [=](PoolHeader& h) { h.level_offset[top] = h.level_offset[bottom]; }, kCorrupt,
+      {"overlapping levels", [=](PoolHeader& h) { h.gphash.level_offset[top] = h.gphash.level_offset[bottom]; }, kCorrupt,
        "level_offset/heap_chunk_offset"},
-      {"level overlapping a heap chunk", [=](PoolHeader& h) { h.level_offset[bottom] = h.heap_chunk_offset[0]; },
+      {"level overlapping a heap chunk", [=](PoolHeader& h) { h.gphash.level_offset[bottom] = h.gphash.heap_chunk_offset[0]; },
        kCorrupt, "level_offset/heap_chunk_offset"},
-      {"overlapping heap chunks", [](PoolHeader& h) { h.heap_chunk_offset[1] = h.heap_chunk_offset[0]; }, kCorrupt,
+      {"overlapping heap chunks", [](PoolHeader& h) { h.gphash.heap_chunk_offset[1] = h.gphash.heap_chunk_offset[0]; }, kCorrupt,
        "level_offset/heap_chunk_offset"},
-      {"cell_size 40 (not a multiple of 16)", [](PoolHeader& h) { h.cell_size = 40; }, kCorrupt, "cell_size"},
-      {"cell_size 16 (below value_width)", [](PoolHeader& h) { h.cell_size = 16; }, kCorrupt, "cell_size"},
-      {"cell_size 0", [](PoolHeader& h) { h.cell_size = 0; }, kCorrupt, "cell_size"},
-      {"cell_size 4 GiB - 16", [](PoolHeader& h) { h.cell_size = 0xFFFFFFF0u; }, kCorrupt,
+      {"cell_size 40 (not a multiple of 16)", [](PoolHeader& h) { h.gphash.cell_size = 40; }, kCorrupt, "cell_size"},
+      {"cell_size 16 (below value_width)", [](PoolHeader& h) { h.gphash.cell_size = 16; }, kCorrupt, "cell_size"},
+      {"cell_size 0", [](PoolHeader& h) { h.gphash.cell_size = 0; }, kCorrupt, "cell_size"},
+      {"cell_size 4 GiB - 16", [](PoolHeader& h) { h.gphash.cell_size = 0xFFFFFFF0u; }, kCorrupt,
        "cell_size"},
-      {"heap_chunk_count 41", [](PoolHeader& h) { h.heap_chunk_count = 41; }, kCorrupt, "heap_chunk_count"},
-      {"heap_chunk_count 0xFFFFFFFF", [](PoolHeader& h) { h.heap_chunk_count = 0xFFFFFFFF; }, kCorrupt,
+      {"heap_chunk_count 41", [](PoolHeader& h) { h.gphash.heap_chunk_count = 41; }, kCorrupt, "heap_chunk_count"},
+      {"heap_chunk_count 0xFFFFFFFF", [](PoolHeader& h) { h.gphash.heap_chunk_count = 0xFFFFFFFF; }, kCorrupt,
        "heap_chunk_count"},
-      {"heap_chunk_count + 1 (chunk missing)", [](PoolHeader& h) { ++h.heap_chunk_count; }, kCorrupt,
+      {"heap_chunk_count + 1 (chunk missing)", [](PoolHeader& h) { ++h.gphash.heap_chunk_count; }, kCorrupt,
        "heap_chunk_offset[" + std::to_string(chunks) + "]"},
-      {"heap_chunk_count - 1 (a chunk left past the count)", [](PoolHeader& h) { --h.heap_chunk_count; }, kCorrupt,
+      {"heap_chunk_count - 1 (a chunk left past the count)", [](PoolHeader& h) { --h.gphash.heap_chunk_count; }, kCorrupt,
        "heap_chunk_offset[" + std::to_string(chunks - 1) + "]"},
-      {"heap_first_chunk_cells 48", [](PoolHeader& h) { h.heap_first_chunk_cells = 48; }, kCorrupt,
+      {"heap_first_chunk_cells 48", [](PoolHeader& h) { h.gphash.heap_first_chunk_cells = 48; }, kCorrupt,
        "heap_first_chunk_cells"},
-      {"heap_first_chunk_cells 0", [](PoolHeader& h) { h.heap_first_chunk_cells = 0; }, kCorrupt,
+      {"heap_first_chunk_cells 0", [](PoolHeader& h) { h.gphash.heap_first_chunk_cells = 0; }, kCorrupt,
        "heap_first_chunk_cells"},
-      {"heap_first_chunk_cells 2^41", [](PoolHeader& h) { h.heap_first_chunk_cells = uint64_t{1} << 41; }, kCorrupt,
+      {"heap_first_chunk_cells 2^41", [](PoolHeader& h) { h.gphash.heap_first_chunk_cells = uint64_t{1} << 41; }, kCorrupt,
        "heap_first_chunk_cells"},
       {"heap_first_chunk_cells doubled (chunks beyond pool_used or overlapping)",
-       [](PoolHeader& h) { h.heap_first_chunk_cells *= 2; }, kCorrupt, "*"},
-      {"heap chunk unaligned", [](PoolHeader& h) { h.heap_chunk_offset[0] += 16; }, kCorrupt, "heap_chunk_offset[0]"},
-      {"heap chunk at 0", [](PoolHeader& h) { h.heap_chunk_offset[0] = 0; }, kCorrupt, "heap_chunk_offset[0]"},
+       [](PoolHeader& h) { h.gphash.heap_first_chunk_cells *= 2; }, kCorrupt, "*"},
+      {"heap chunk unaligned", [](PoolHeader& h) { h.gphash.heap_chunk_offset[0] += 16; }, kCorrupt, "heap_chunk_offset[0]"},
+      {"heap chunk at 0", [](PoolHeader& h) { h.gphash.heap_chunk_offset[0] = 0; }, kCorrupt, "heap_chunk_offset[0]"},
       {"heap chunk beyond pool_used",
-       [=](PoolHeader& h) { h.heap_chunk_offset[chunks - 1] = align_up(h.pool_used, 4096); }, kCorrupt,
+       [=](PoolHeader& h) { h.gphash.heap_chunk_offset[chunks - 1] = align_up(h.pool_used, 4096); }, kCorrupt,
        "heap_chunk_offset[" + std::to_string(chunks - 1) + "]"},
-      {"heap chunk set past the count", [](PoolHeader& h) { h.heap_chunk_offset[39] = 1 << 20; }, kCorrupt,
+      {"heap chunk set past the count", [](PoolHeader& h) { h.gphash.heap_chunk_offset[39] = 1 << 20; }, kCorrupt,
        "heap_chunk_offset[39]"},
       {"item_count > slots", [](PoolHeader& h) { h.item_count = format::slot_capacity(h) + 1; }, kCorrupt,
        "item_count"},
@@ -514,14 +514,14 @@ TEST(CorruptPool, ImpossibleValueInNewerCopyOnlyFallsBack) {
 // later address cells far outside the mapping (and size its cell bitmap by 2^33 cells).
 TEST(CorruptPool, HeapExtentSizeOverflowIsCorrupt) {
   PoolHeader h = pristine().header[pristine().newer];
-  h.heap_first_chunk_cells = uint64_t{1} << 33;
-  h.cell_size = 1u << 31;
+  h.gphash.heap_first_chunk_cells = uint64_t{1} << 33;
+  h.gphash.cell_size = 1u << 31;
   h.item_count = 0;
   format::seal(h);
   try {
     format::validate_header(h, pristine().bytes.size());
     ADD_FAILURE() << "validate_header accepted a heap of " << format::heap_cell_capacity(h) << " cells of "
-                  << h.cell_size << " bytes in a pool of " << h.pool_size << " bytes";
+                  << h.gphash.cell_size << " bytes in a pool of " << h.pool_size << " bytes";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kCorruptHeader) << e.what();
   }

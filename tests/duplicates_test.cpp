@@ -50,7 +50,7 @@ struct Slot {
 Slot slot_at(MappedPool& m, uint32_t level, uint64_t bucket, uint32_t s) {
   const format::PoolHeader& h = m.header();
   const format::BucketLayout layout = format::bucket_layout(h);
-  std::byte* b = m.base + h.level_offset[level] + bucket * h.bucket_bytes;
+  std::byte* b = m.base + h.gphash.level_offset[level] + bucket * h.gphash.bucket_bytes;
   return {reinterpret_cast<uint64_t*>(b + layout.state_offset(s)), reinterpret_cast<uint64_t*>(b + layout.value_offset(s))};
 }
 
@@ -79,13 +79,13 @@ void check_duplicates_resolved(const OpenOptions& options) {
   {  // Copy the key, with another value, into a free slot of its other candidate bucket.
     MappedPool m(pool.path());
     const format::PoolHeader& h = m.header();
-    const uint64_t h0 = format::xxh64(&key, 8, format::hash_seed_for(h.hash_seed, 0));
-    const uint64_t h1 = format::xxh64(&key, 8, format::hash_seed_for(h.hash_seed, 1));
+    const uint64_t h0 = format::xxh64(&key, 8, format::hash_seed_for(h.gphash.hash_seed, 0));
+    const uint64_t h1 = format::xxh64(&key, 8, format::hash_seed_for(h.gphash.hash_seed, 1));
     bool placed = false;
-    for (uint32_t level = h.bottom_level; level <= format::top_level(h) && !placed; ++level)
+    for (uint32_t level = h.gphash.bottom_level; level <= format::top_level(h) && !placed; ++level)
       for (uint64_t hash : {h0, h1}) {
         const uint64_t bucket = format::bucket_at(hash, level);
-        for (uint32_t s = 0; s < h.slots && !placed; ++s) {
+        for (uint32_t s = 0; s < h.gphash.slots && !placed; ++s) {
           Slot slot = slot_at(m, level, bucket, s);
           if (*slot.key_word == format::encode_key_word(key)) break;  // the original's bucket
           if (*slot.key_word != format::kSlotEmpty) continue;

@@ -18,6 +18,11 @@ struct TableShape {
 std::string to_string(TableShape shape);           // "2L-2H-8S"
 TableShape parse_shape(const std::string& text);   // inverse; throws Error(kInvalidArgument)
 
+// The persistent index a pool holds (fixed when it is created).
+enum class IndexKind {
+  kGphash,  // GPHash: multi-level table for GPU and CPU engines (the default)
+};
+
 struct TableConfig {
   uint32_t key_width = 8;    // 8, 16 or 32 bytes, fixed per pool
   uint32_t value_width = 8;  // 1..65536 bytes; up to 8 inline in the slot, larger in the value heap
@@ -26,6 +31,11 @@ struct TableConfig {
   uint64_t capacity = uint64_t{1} << 20;
   // Seed of the hash functions; random when absent.
   std::optional<uint64_t> hash_seed;
+  // Store a checksum with every value in the heap (values over 8 bytes): searches verify it and
+  // report kCorruptValue instead of returning damaged bytes, and `gphash check` verifies every
+  // cell. Costs 8 bytes per cell and a checksum per value written and read.
+  bool value_checksums = false;
+  IndexKind index = IndexKind::kGphash;
 };
 
 enum class EngineKind {

@@ -23,6 +23,7 @@ namespace gphash {
 struct TableInfo {
   std::string path;
   std::string pool_kind;  // shm, hugetlbfs, file, memory
+  std::string index;      // the index the pool holds: gphash
   std::string engine;     // cpu, gpu-mapped, gpu-memory
   uint32_t key_width = 0;
   uint32_t value_width = 0;
@@ -49,6 +50,8 @@ struct TableInfo {
   double recovery_seconds = 0;  // the recovery steps of the last open (0 if the pool was clean)
   // From the header (also filled by inspect()).
   bool clean_shutdown = true;
+  bool in_use = false;    // inspect(): another open holds the pool for writing right now
+  bool value_checksums = false;
   bool resizing = false;  // a resize was interrupted and has not been finished yet
   uint64_t generation = 0;
   std::string format_version;

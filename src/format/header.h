@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "format/hash.h"
+#include "format/hd.h"
 #include "format/layout.h"
 #include "format/shape.h"
 
@@ -23,13 +25,21 @@ inline constexpr uint64_t kReservedPrefixBytes = 12288;  // headers + maintenanc
 
 inline constexpr unsigned char kMagic[8] = {0x89, 'G', 'P', 'H', 'A', 'S', 'H', '\n'};
 inline constexpr uint32_t kByteOrderMark = 0x01020304;
-inline constexpr uint16_t kFormatMajor = 1;
+inline constexpr uint16_t kFormatMajor = 2;
 inline constexpr uint16_t kFormatMinor = 0;
 // Feature bits: an unknown incompatible bit refuses the pool, an unknown compatible bit is ignored.
-inline constexpr uint64_t kKnownIncompatFeatures = 0;
+// Value checksums: every heap cell ends with a checksum of its value tied to its key (cell.h).
+inline constexpr uint64_t kFeatureValueChecksums = 1;
+inline constexpr uint64_t kKnownIncompatFeatures = kFeatureValueChecksums;
 inline constexpr uint64_t kKnownCompatFeatures = 0;
 inline constexpr uint8_t kHashXxh64 = 1;
 inline constexpr uint32_t kMaxHeapChunks = 40;
+
+// Which index a pool holds. The header's common part is the same for every index; the index
+// section (PoolHeader::gphash, ...) is the index's own metadata.
+enum IndexKind : uint32_t {
+  kIndexGphash = 1,  // GPHash: levels of buckets, the value heap (this file, layout.h, slot.h)
+};
 
 enum ResizeState : uint32_t {
   kResizeNone = 0,
@@ -38,18 +48,8 @@ enum ResizeState : uint32_t {
   kResizeRehashing = 1,
 };
 
-struct PoolHeader {
-  unsigned char magic[8];
-  uint32_t byte_order;
-  uint16_t version_major;
-  uint16_t version_minor;
-  uint64_t incompat_features;
-  uint64_t compat_features;
-  uint64_t generation;
-  uint64_t pool_size;  // bytes the pool file must hold
-  unsigned char uuid[16];
-  uint64_t created_unix_ns;
-  // Table configuration.
+// The GPHash index's section of the header (header offset 256).
+struct GphashMeta {
   uint32_t key_width;
   uint32_t value_width;
   uint8_t levels;
@@ -61,50 +61,86 @@ struct PoolHeader {
   // Level directory and state.
   uint32_t bottom_level;
   uint32_t resize_state;
-  uint32_t clean_shutdown;
-  uint32_t extent_align_log2;
-  uint64_t item_count;  // exact after a clean shutdown; recounted by recovery otherwise
-  uint64_t pool_used;   // end of the last extent; the next extent starts here (aligned)
   uint64_t level_offset[kMaxLevel + 1];  // by level number; 0 = not allocated
   // Value heap.
   uint32_t cell_size;
   uint32_t heap_chunk_count;
   uint64_t heap_first_chunk_cells;
   uint64_t heap_chunk_offset[kMaxHeapChunks];
-  unsigned char reserved[3360];
+};
+static_assert(offsetof(GphashMeta, hash_seed) == 16);
+static_assert(offsetof(GphashMeta, level_offset) == 32);
+static_assert(offsetof(GphashMeta, cell_size) == 296);
+static_assert(offsetof(GphashMeta, heap_chunk_offset) == 312);
+static_assert(sizeof(GphashMeta) == 632);
+
+inline constexpr uint64_t kIndexSectionOffset = 256;
+inline constexpr uint64_t kIndexSectionBytes = 4088 - kIndexSectionOffset;
+
+struct PoolHeader {
+  // Common to every index.
+  unsigned char magic[8];
+  uint32_t byte_order;
+  uint16_t version_major;
+  uint16_t version_minor;
+  uint64_t incompat_features;
+  uint64_t compat_features;
+  uint64_t generation;
+  uint64_t pool_size;  // bytes the pool file must hold
+  unsigned char uuid[16];
+  uint64_t created_unix_ns;
+  uint32_t index_kind;  // IndexKind
+  uint32_t clean_shutdown;
+  uint32_t extent_align_log2;
+  uint32_t reserved0;  // reserved bytes are written as zero and ignored by readers
+  uint64_t item_count;  // exact after a clean shutdown; recounted by recovery otherwise
+  uint64_t pool_used;   // end of the last extent; the next extent starts here (aligned)
+  unsigned char reserved[kIndexSectionOffset - 104];
+  // The index's own metadata, selected by index_kind.
+  union {
+    GphashMeta gphash;
+    unsigned char index_section[kIndexSectionBytes];
+  };
   uint64_t checksum;  // XXH64 (seed 0) of bytes [0, 4088)
 };
 static_assert(sizeof(PoolHeader) == kHeaderBytes, "the header is exactly 4 KiB");
-static_assert(offsetof(PoolHeader, key_width) == 72);
-static_assert(offsetof(PoolHeader, hash_seed) == 88);
-static_assert(offsetof(PoolHeader, bottom_level) == 96);
-static_assert(offsetof(PoolHeader, item_count) == 112);
-static_assert(offsetof(PoolHeader, level_offset) == 128);
-static_assert(offsetof(PoolHeader, cell_size) == 392);
-static_assert(offsetof(PoolHeader, heap_chunk_offset) == 408);
+static_assert(offsetof(PoolHeader, version_major) == 12);
+static_assert(offsetof(PoolHeader, generation) == 32);
+static_assert(offsetof(PoolHeader, index_kind) == 72);
+static_assert(offsetof(PoolHeader, item_count) == 88);
+static_assert(offsetof(PoolHeader, pool_used) == 96);
+static_assert(offsetof(PoolHeader, gphash) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, checksum) == 4088);
 
 // The maintenance page records the one multi-slot step that is not naturally atomic: moving an
-// item to make room for an insert (displacement). Written and cleared around each move.
+// item to make room for an insert (displacement). Written and cleared around each move. The
+// checksum covers the two addresses, so a damaged record is refused rather than acted on.
 struct MaintenanceRecord {
-  uint64_t move_state;  // kMoveIdle or kMoveInProgress, written last / cleared first
-  uint64_t move_from;   // packed SlotAddress
-  uint64_t move_to;     // packed SlotAddress
-  uint64_t reserved[5];
+  uint64_t move_state;     // kMoveIdle or kMoveInProgress, written last / cleared first
+  uint64_t move_from;      // packed SlotAddress
+  uint64_t move_to;        // packed SlotAddress
+  uint64_t move_checksum;  // move_record_checksum(move_from, move_to)
+  uint64_t reserved[4];
 };
+static_assert(sizeof(MaintenanceRecord) == 64);
 inline constexpr uint64_t kMoveIdle = 0;
 inline constexpr uint64_t kMoveInProgress = 0x4D4F5645;  // "MOVE"
+GPHASH_HD uint64_t move_record_checksum(uint64_t move_from, uint64_t move_to) {
+  const uint64_t words[2] = {move_from, move_to};
+  return xxh64_words<2>(words, kMoveInProgress);
+}
 
 uint64_t header_checksum(const PoolHeader& h);
 void seal(PoolHeader& h);  // sets the checksum
 
 // Derived geometry.
-inline uint32_t top_level(const PoolHeader& h) { return h.bottom_level + h.levels - 1; }
-inline BucketLayout bucket_layout(const PoolHeader& h) { return {h.key_width, h.slots}; }
+inline uint32_t top_level(const PoolHeader& h) { return h.gphash.bottom_level + h.gphash.levels - 1; }
+inline BucketLayout bucket_layout(const PoolHeader& h) { return {h.gphash.key_width, h.gphash.slots}; }
 inline uint64_t level_bytes(const PoolHeader& h, uint32_t level) {
-  return level_buckets(level) * h.bucket_bytes;
+  return level_buckets(level) * h.gphash.bucket_bytes;
 }
-inline TableShape shape_of(const PoolHeader& h) { return {h.levels, h.hashes, h.slots}; }
+inline TableShape shape_of(const PoolHeader& h) { return {h.gphash.levels, h.gphash.hashes, h.gphash.slots}; }
+inline bool has_value_checksums(const PoolHeader& h) { return (h.incompat_features & kFeatureValueChecksums) != 0; }
 HeapGeometry heap_geometry(const PoolHeader& h);
 uint64_t heap_cell_capacity(const PoolHeader& h);
 uint64_t slot_capacity(const PoolHeader& h);  // slots in the active levels

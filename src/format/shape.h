@@ -45,9 +45,10 @@ constexpr bool is_supported_key_width(uint32_t w) { return w == 8 || w == 16 || 
 inline constexpr uint32_t kMaxInlineValue = 8;
 inline constexpr uint32_t kMaxValueWidth = 1u << 16;
 constexpr bool value_is_inline(uint32_t value_width) { return value_width <= kMaxInlineValue; }
-// Heap cells are rounded to 16 bytes so that 16-byte vector copies stay aligned.
-constexpr uint32_t cell_size_for(uint32_t value_width) {
-  return value_is_inline(value_width) ? 0 : (value_width + 15) / 16 * 16;
+// Heap cells are rounded to 16 bytes so that 16-byte vector copies stay aligned. With value
+// checksums a cell ends with its 8-byte checksum (cell.h).
+constexpr uint32_t cell_size_for(uint32_t value_width, bool value_checksums) {
+  return value_is_inline(value_width) ? 0 : (value_width + (value_checksums ? 8 : 0) + 15) / 16 * 16;
 }
 
 }  // namespace gphash::format

@@ -9,12 +9,18 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <signal.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "engines/common/crash_point.h"
+#include "format/header_v1.h"
 #include "gphash/error.h"
 #include "pool/cache_flush.h"
 
@@ -64,11 +70,157 @@ PoolKind kind_of_filesystem(const std::string& path, uint64_t* block_size) {
   return PoolKind::kFile;
 }
 
-void lock_file(int fd, bool exclusive, const std::string& path) {
-  if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) return;
-  if (errno == EWOULDBLOCK)
-    throw Error(ErrorCode::kPoolInUse, fmt::format("pool {} is open in another process; close it there first", path));
-  io_error("cannot lock", path, errno);
+// Pools this process has open, by file identity. flock cannot tell a lock of this process from
+// one of another process, so without this a second open in one process would blame "another
+// process".
+struct OpenPools {
+  std::mutex mutex;
+  std::map<std::pair<dev_t, ino_t>, std::pair<int, int>> opens;  // (readers, writers)
+};
+OpenPools& open_pools() {
+  static OpenPools pools;
+  return pools;
+}
+
+std::string basename_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+// This process's record that it holds a pool's lock; removed with the Pool.
+class OpenRegistration {
+ public:
+  OpenRegistration(std::pair<dev_t, ino_t> id, bool writer) : id_(id), writer_(writer) {}
+  ~OpenRegistration() {
+    std::lock_guard lock(open_pools().mutex);
+    auto it = open_pools().opens.find(id_);
+    if (it == open_pools().opens.end()) return;
+    (writer_ ? it->second.second : it->second.first) -= 1;
+    if (it->second.first == 0 && it->second.second == 0) open_pools().opens.erase(it);
+  }
+
+ private:
+  std::pair<dev_t, ino_t> id_;
+  bool writer_;
+};
+
+namespace {
+
+// Takes the pool's lock (exclusive for writers, shared for readers) without waiting and records
+// the open in this process. A pool held elsewhere is kPoolInUse, saying whether "elsewhere" is
+// this process.
+std::unique_ptr<OpenRegistration> lock_file(int fd, bool exclusive, const std::string& path) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) io_error("cannot stat", path, errno);
+  const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+  std::lock_guard guard(open_pools().mutex);
+  auto it = open_pools().opens.find(id);
+  if (it != open_pools().opens.end() && (exclusive || it->second.second > 0))
+    throw Error(ErrorCode::kPoolInUse,
+                fmt::format("pool {} is already open in this process{}; close that Table first", path,
+                            it->second.second > 0 ? " for writing" : ""));
+  if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      throw Error(ErrorCode::kPoolInUse, fmt::format("pool {} is open in another process; close it there first", path));
+    io_error("cannot lock", path, errno);
+  }
+  auto& counts = open_pools().opens[id];
+  (exclusive ? counts.second : counts.first) += 1;
+  return std::make_unique<OpenRegistration>(id, exclusive);
+}
+
+bool same_file(int fd, const std::string& path) {
+  struct stat a {}, b {};
+  return fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// Removes NAME.creating-PID-XXXXXXXX files left by a create that was killed: ours by their name,
+// their creator gone (no such process), and unlocked.
+void remove_stale_creations(const std::string& path) {
+  const std::string dir = parent_dir(path), prefix = basename_of(path) + ".creating-";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || *end != '-' || pid == getpid()) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // its creator may still run
+    const int fd = openat(dirfd(d), name.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) unlinkat(dirfd(d), name.c_str(), 0);
+    close(fd);
+  }
+  closedir(d);
+}
+
+struct ChosenHeader {
+  PoolHeader header;
+  int copy = 0;
+  bool other_invalid = false;
+};
+
+// Reads both header copies with pread (nothing is mapped yet, so a short or hostile file cannot
+// SIGBUS us), validates each and picks the valid one with the newer generation.
+ChosenHeader choose_header(int fd, const std::string& path, uint64_t size) {
+  // Magic in either header copy: a flipped byte in the first copy alone falls back to the second.
+  auto magic_at = [&](uint64_t offset) {
+    unsigned char magic[8] = {};
+    ssize_t got = pread(fd, magic, sizeof magic, static_cast<off_t>(offset));
+    if (got < 0) io_error("cannot read pool", path, errno);
+    return got == static_cast<ssize_t>(sizeof magic) && std::memcmp(magic, format::kMagic, sizeof magic) == 0;
+  };
+  if (!magic_at(format::kHeaderCopyOffset[0]) && !magic_at(format::kHeaderCopyOffset[1]))
+    throw Error(ErrorCode::kNotAPool,
+                fmt::format("not a gphash pool: {} ({})", path, size == 0 ? "empty file" : "wrong magic bytes"), "magic");
+  if (size < format::kReservedPrefixBytes)
+    throw Error(ErrorCode::kTruncated,
+                fmt::format("pool is truncated: {} has {} bytes, a pool has at least {}", path, size,
+                            format::kReservedPrefixBytes),
+                "pool_size");
+  PoolHeader copies[2];
+  bool valid[2] = {false, false};
+  std::unique_ptr<Error> errors[2];
+  for (int c = 0; c < 2; ++c) {
+    if (pread(fd, &copies[c], sizeof(PoolHeader), static_cast<off_t>(format::kHeaderCopyOffset[c])) !=
+        static_cast<ssize_t>(sizeof(PoolHeader)))
+      io_error("cannot read the header of", path, errno);
+    try {
+      format::validate_header(copies[c], size);
+      valid[c] = true;
+    } catch (const Error& e) {
+      errors[c] = std::make_unique<Error>(e);
+    }
+  }
+  if (!valid[0] && !valid[1]) {
+    // Report the copy that got further: a copy with wrong magic says less than one with a bad field.
+    const Error& e = errors[0]->code() == ErrorCode::kNotAPool ? *errors[1] : *errors[0];
+    throw Error(e.code(), fmt::format("{} (both header copies of {} are unusable)", e.what(), path), e.field());
+  }
+  const int pick = valid[0] && (!valid[1] || copies[0].generation >= copies[1].generation) ? 0 : 1;
+  return {copies[pick], pick, !valid[1 - pick]};
+}
+
+int open_regular(const std::string& path, int flags, struct stat* st) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not a file).
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error(ErrorCode::kNotFound, fmt::format("no pool at {}", path));
+    io_error("cannot open pool", path, errno);
+  }
+  if (fstat(fd, st) != 0) {
+    const int err = errno;
+    close(fd);
+    io_error("cannot stat pool", path, err);
+  }
+  if (!S_ISREG(st->st_mode)) {
+    close(fd);
+    throw Error(ErrorCode::kNotAPool, fmt::format("not a gphash pool: {} is not a file", path));
+  }
+  return fd;
 }
 
 }  // namespace
@@ -94,16 +246,25 @@ std::unique_ptr<Pool> Pool::create(const std::string& spec, const CreateOptions&
     if (pool->fd_ < 0) io_error("cannot create anonymous memory for", "a pool", errno);
   } else {
     kind_of_filesystem(parent_dir(loc.path), &block);
+    remove_stale_creations(loc.path);
     struct stat st {};
-    if (!options.replace && stat(loc.path.c_str(), &st) == 0)
-      throw Error(ErrorCode::kPoolExists,
-                  fmt::format("pool {} exists; remove it, pick another path, or replace it", loc.path));
+    if (stat(loc.path.c_str(), &st) == 0) {
+      if (!options.replace)
+        throw Error(ErrorCode::kPoolExists,
+                    fmt::format("pool {} exists; remove it, pick another path, or replace it", loc.path));
+      // Replacing: hold the old pool's lock until the new one takes its name, so a pool that is in
+      // use is refused instead of losing its writer's data to a file without a name.
+      struct stat old_st {};
+      pool->replaced_fd_ = open_regular(loc.path, O_RDONLY, &old_st);
+      pool->replaced_registration_ = lock_file(pool->replaced_fd_, true, loc.path);
+    }
     std::random_device rd;
     pool->temp_path_ = fmt::format("{}.creating-{}-{:08x}", loc.path, getpid(), rd());
-    pool->fd_ = ::open(pool->temp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    pool->fd_ = ::open(pool->temp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (pool->fd_ < 0) io_error("cannot create pool file", pool->temp_path_, errno);
+    if (fchmod(pool->fd_, options.file_mode & 07777) != 0) io_error("cannot set the permissions of", pool->temp_path_, errno);
   }
-  lock_file(pool->fd_, true, pool->path_);
+  pool->registration_ = lock_file(pool->fd_, true, pool->path_);
   uint32_t align_log2 = options.extent_align_log2;
   if (align_log2 == 0) align_log2 = loc.kind == PoolKind::kHugetlbfs ? static_cast<uint32_t>(__builtin_ctzll(block)) : 12;
   pool->header_.extent_align_log2 = align_log2;
@@ -126,59 +287,27 @@ std::unique_ptr<Pool> Pool::open(const std::string& spec, const OpenOptions& opt
   pool->max_size_ = options.max_size;
   pool->persist_mode_ = loc.kind == PoolKind::kFile ? PersistMode::kMsync : PersistMode::kOrdered;
   if (options.force_flush) pool->persist_mode_ = PersistMode::kFlush;
-  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then refused as not a file).
-  pool->fd_ = ::open(loc.path.c_str(), (options.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
-  if (pool->fd_ < 0) {
-    if (errno == ENOENT) throw Error(ErrorCode::kNotFound, fmt::format("no pool at {}", loc.path));
-    io_error("cannot open pool", loc.path, errno);
-  }
-  lock_file(pool->fd_, !options.read_only, loc.path);
+  pool->copy_on_write_ = options.copy_on_write;
+  const bool writer = !options.read_only && !options.copy_on_write;
   struct stat st {};
+  // The lock is taken on an open file; if the path was replaced meanwhile, that file has no name
+  // any more and writing to it would lose every write: open the path again.
+  for (int attempt = 0;; ++attempt) {
+    pool->fd_ = open_regular(loc.path, writer ? O_RDWR : O_RDONLY, &st);
+    pool->registration_ = lock_file(pool->fd_, writer, loc.path);
+    if (same_file(pool->fd_, loc.path)) break;
+    pool->registration_.reset();
+    close(pool->fd_);
+    pool->fd_ = -1;
+    if (attempt == 8) throw Error(ErrorCode::kPoolInUse, fmt::format("pool {} keeps being replaced; try again", loc.path));
+  }
   if (fstat(pool->fd_, &st) != 0) io_error("cannot stat pool", loc.path, errno);
-  if (!S_ISREG(st.st_mode)) throw Error(ErrorCode::kNotAPool, fmt::format("not a gphash pool: {} is not a file", loc.path));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-
-  // Everything up to the mapping is read with pread, so a short or hostile file cannot SIGBUS us.
-  // Magic in either header copy: a flipped byte in the first copy alone falls back to the second.
-  auto magic_at = [&](uint64_t offset) {
-    unsigned char magic[8] = {};
-    ssize_t got = pread(pool->fd_, magic, sizeof magic, static_cast<off_t>(offset));
-    if (got < 0) io_error("cannot read pool", loc.path, errno);
-    return got == static_cast<ssize_t>(sizeof magic) && std::memcmp(magic, format::kMagic, sizeof magic) == 0;
-  };
-  if (!magic_at(format::kHeaderCopyOffset[0]) && !magic_at(format::kHeaderCopyOffset[1]))
-    throw Error(ErrorCode::kNotAPool,
-                fmt::format("not a gphash pool: {} ({})", loc.path, size == 0 ? "empty file" : "wrong magic bytes"),
-                "magic");
-  if (size < format::kReservedPrefixBytes)
-    throw Error(ErrorCode::kTruncated,
-                fmt::format("pool is truncated: {} has {} bytes, a pool has at least {}", loc.path, size,
-                            format::kReservedPrefixBytes),
-                "pool_size");
-
-  PoolHeader copies[2];
-  bool valid[2] = {false, false};
-  std::unique_ptr<Error> errors[2];
-  for (int c = 0; c < 2; ++c) {
-    if (pread(pool->fd_, &copies[c], sizeof(PoolHeader), static_cast<off_t>(format::kHeaderCopyOffset[c])) !=
-        static_cast<ssize_t>(sizeof(PoolHeader)))
-      io_error("cannot read the header of", loc.path, errno);
-    try {
-      format::validate_header(copies[c], size);
-      valid[c] = true;
-    } catch (const Error& e) {
-      errors[c] = std::make_unique<Error>(e);
-    }
-  }
-  if (!valid[0] && !valid[1]) {
-    // Report the copy that got further: a copy with wrong magic says less than one with a bad field.
-    const Error& e = errors[0]->code() == ErrorCode::kNotAPool ? *errors[1] : *errors[0];
-    throw Error(e.code(), fmt::format("{} (both header copies of {} are unusable)", e.what(), loc.path), e.field());
-  }
-  int pick = valid[0] && (!valid[1] || copies[0].generation >= copies[1].generation) ? 0 : 1;
-  pool->header_ = copies[pick];
-  pool->current_copy_ = pick;
-  pool->other_copy_invalid_ = !valid[1 - pick];
+  ChosenHeader chosen = choose_header(pool->fd_, loc.path, size);
+  pool->header_ = chosen.header;
+  pool->current_copy_ = chosen.copy;
+  pool->other_copy_invalid_ = chosen.other_invalid;
+  if (options.copy_on_write) pool->persist_mode_ = PersistMode::kOrdered;  // nothing reaches the file
 
   uint64_t reserve = std::max(options.max_size ? align_up(options.max_size, kBaseAlign) : kDefaultReserve,
                               align_up(size, kBaseAlign));
@@ -189,8 +318,9 @@ std::unique_ptr<Pool> Pool::open(const std::string& spec, const OpenOptions& opt
 
 Pool::~Pool() {
   if (base_) munmap(base_, reserved_);
-  if (fd_ >= 0) close(fd_);
   if (!temp_path_.empty()) unlink(temp_path_.c_str());
+  if (fd_ >= 0) close(fd_);
+  if (replaced_fd_ >= 0) close(replaced_fd_);
 }
 
 void Pool::map_file(uint64_t reserve_bytes) {
@@ -213,15 +343,17 @@ void Pool::map_file(uint64_t reserve_bytes) {
   if (file_size_ > 0) {
     if (file_size_ > reserved_)
       throw Error(ErrorCode::kNoSpace, fmt::format("pool {} ({} bytes) exceeds its address reservation", path_, file_size_));
-    int prot = read_only_ ? PROT_READ : PROT_READ | PROT_WRITE;
-    if (mmap(base_, file_size_, prot, MAP_SHARED | MAP_FIXED, fd_, 0) == MAP_FAILED)
+    const int prot = read_only_ ? PROT_READ : PROT_READ | PROT_WRITE;
+    const int sharing = copy_on_write_ ? MAP_PRIVATE : MAP_SHARED;
+    if (mmap(base_, file_size_, prot, sharing | MAP_FIXED, fd_, 0) == MAP_FAILED)
       io_error("cannot map pool", path_, errno);
   }
 }
 
 void Pool::grow_file(uint64_t new_size) {
   if (new_size <= file_size_) return;
-  if (read_only_) throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", path_));
+  if (read_only_ || copy_on_write_)
+    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only (or as a private view) and cannot grow", path_));
   if ((max_size_ && new_size > max_size_) || new_size > reserved_)
     throw Error(ErrorCode::kNoSpace,
                 fmt::format("pool {} cannot grow to {} bytes: its size limit is {}", path_, new_size,
@@ -242,7 +374,24 @@ void Pool::grow_file(uint64_t new_size) {
 
 void Pool::publish() {
   if (temp_path_.empty()) return;
-  if (rename(temp_path_.c_str(), path_.c_str()) != 0) io_error("cannot publish pool", path_, errno);
+  if (replaced_fd_ >= 0) {
+    // We hold the old pool's lock, so no one else can be replacing or writing it.
+    if (rename(temp_path_.c_str(), path_.c_str()) != 0) io_error("cannot publish pool", path_, errno);
+    replaced_registration_.reset();
+    close(replaced_fd_);
+    replaced_fd_ = -1;
+  } else {
+    // link() fails if a pool appeared at the path since create() looked: never replace it unasked.
+    if (link(temp_path_.c_str(), path_.c_str()) != 0) {
+      if (errno == EEXIST)
+        throw Error(ErrorCode::kPoolExists,
+                    fmt::format("pool {} was created by someone else meanwhile; remove it, pick another path, or "
+                                "replace it", path_));
+      if (renameat2(AT_FDCWD, temp_path_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0)
+        io_error("cannot publish pool", path_, errno);
+    }
+    unlink(temp_path_.c_str());
+  }
   temp_path_.clear();
   if (kind_ == PoolKind::kFile) {
     int dir = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -251,6 +400,93 @@ void Pool::publish() {
       close(dir);
     }
   }
+}
+
+HeaderSnapshot read_header(const std::string& spec) {
+  Location loc = resolve_location(spec);
+  if (loc.kind == PoolKind::kMemory)
+    throw Error(ErrorCode::kInvalidArgument, "anonymous memory pools exist only while their creator runs");
+  struct stat st {};
+  const int fd = open_regular(loc.path, O_RDONLY, &st);
+  HeaderSnapshot r;
+  r.kind = loc.kind;
+  r.path = loc.path;
+  r.file_size = static_cast<uint64_t>(st.st_size);
+  try {
+    r.header = choose_header(fd, loc.path, r.file_size).header;
+  } catch (...) {
+    close(fd);
+    throw;
+  }
+  // A shared lock we cannot get means a writer holds the pool.
+  if (flock(fd, LOCK_SH | LOCK_NB) != 0)
+    r.in_use = true;
+  else
+    flock(fd, LOCK_UN);
+  close(fd);
+  return r;
+}
+
+bool convert_pool(const std::string& spec) {
+  Location loc = resolve_location(spec);
+  if (loc.kind == PoolKind::kMemory) throw Error(ErrorCode::kInvalidArgument, "anonymous memory pools have no file to convert");
+  struct stat st {};
+  const int fd = open_regular(loc.path, O_RDWR, &st);
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  auto registration = lock_file(fd, true, loc.path);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  format::v1::PoolHeader old[2];
+  PoolHeader current[2];
+  bool is_old[2], is_current[2];
+  for (int c = 0; c < 2; ++c) {
+    if (pread(fd, &old[c], sizeof old[c], static_cast<off_t>(format::kHeaderCopyOffset[c])) != sizeof old[c])
+      io_error("cannot read the header of", loc.path, errno);
+    std::memcpy(static_cast<void*>(&current[c]), &old[c], sizeof current[c]);
+    is_old[c] = format::v1::is_intact(old[c]);
+    is_current[c] = false;
+    try {
+      format::validate_header(current[c], size);
+      is_current[c] = true;
+    } catch (const Error&) {
+    }
+  }
+  if (is_current[0] || is_current[1]) {
+    const int newer = is_current[0] && (!is_current[1] || current[0].generation >= current[1].generation) ? 0 : 1;
+    if (!is_old[1 - newer]) return false;  // already converted
+  } else if (!is_old[0] && !is_old[1]) {
+    choose_header(fd, loc.path, size);  // throws the error that says what is wrong
+    throw Error(ErrorCode::kNotAPool, fmt::format("{} is neither a version-1 nor a current pool", loc.path));
+  }
+  // The newest intact header of either version describes the pool.
+  int src = -1;
+  uint64_t generation = 0;
+  for (int c = 0; c < 2; ++c)
+    if ((is_old[c] || is_current[c]) && (src < 0 || old[c].generation > generation)) src = c, generation = old[c].generation;
+  PoolHeader h = is_current[src] ? current[src] : format::v1::upgrade(old[src]);
+  format::validate_header(h, size);
+  // Seal a maintenance record that is in progress (version 1 had no checksum), before any header
+  // says the pool is version 2.
+  format::MaintenanceRecord rec{};
+  if (pread(fd, &rec, sizeof rec, format::kMaintenanceOffset) != sizeof rec) io_error("cannot read", loc.path, errno);
+  if (rec.move_state == format::kMoveInProgress) {
+    rec.move_checksum = format::move_record_checksum(rec.move_from, rec.move_to);
+    if (pwrite(fd, &rec, sizeof rec, format::kMaintenanceOffset) != sizeof rec) io_error("cannot write", loc.path, errno);
+  }
+  if (fdatasync(fd) != 0) io_error("cannot sync", loc.path, errno);
+  // Both copies, the older one first, each with a higher generation: a crash in between leaves one
+  // valid current copy, which a later convert (or open) uses.
+  const int first = old[0].generation <= old[1].generation ? 0 : 1;
+  for (int c : {first, 1 - first}) {
+    h.generation = ++generation;
+    format::seal(h);
+    if (pwrite(fd, &h, sizeof h, static_cast<off_t>(format::kHeaderCopyOffset[c])) != sizeof h)
+      io_error("cannot write the header of", loc.path, errno);
+    if (fdatasync(fd) != 0) io_error("cannot sync", loc.path, errno);
+  }
+  return true;
 }
 
 void Pool::write_header(PoolHeader h) {
@@ -297,6 +533,7 @@ uint64_t Pool::allocate_extent(PoolHeader& h, uint64_t bytes) {
 }
 
 void Pool::release_extent(uint64_t offset, uint64_t bytes) {
+  if (copy_on_write_) return;  // the file is not ours to change
   // Best effort: the memory returns to the file system; reads would see zeros.
   (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(bytes));
 }

@@ -38,14 +38,36 @@ Location resolve_location(const std::string& spec);
 struct CreateOptions {
   uint64_t max_size = 0;       // 0: no limit but the file system's
   uint32_t extent_align_log2 = 0;  // 0: 4 KiB, or the huge page size on hugetlbfs
-  bool replace = false;        // replace an existing file at the path
+  // Replace an existing pool at the path. Its lock is taken first: a pool another process (or
+  // this one) has open is never replaced (kPoolInUse).
+  bool replace = false;
+  uint32_t file_mode = 0600;   // permissions of the new file (set exactly, whatever the umask)
 };
 
 struct OpenOptions {
   bool read_only = false;
   uint64_t max_size = 0;
   bool force_flush = false;  // use PersistMode::kFlush on any memory (tests the persistent-memory path)
+  // A private copy-on-write view of the pool (implies a shared lock): writes change this mapping
+  // only, never the file. `gphash check` runs recovery on such a view, so it leaves a pool exactly
+  // as it found it.
+  bool copy_on_write = false;
 };
+
+// Reads and validates a pool's header without locking or mapping it (for `gphash info`, which
+// works while a writer holds the pool). `in_use` tells whether another open holds its lock.
+struct HeaderSnapshot {
+  format::PoolHeader header;
+  PoolKind kind;
+  std::string path;
+  uint64_t file_size = 0;
+  bool in_use = false;
+};
+HeaderSnapshot read_header(const std::string& spec);
+
+// Rewrites the header of a pool of format version 1 in the current format (the data stays where
+// it is). Takes the pool's lock. Returns false if the pool already has the current version.
+bool convert_pool(const std::string& spec);
 
 class Pool {
  public:
@@ -55,7 +77,7 @@ class Pool {
   static std::unique_ptr<Pool> create(const std::string& spec, const CreateOptions& options);
   // Opens an existing pool: checks the file size and both header copies before touching a page.
   static std::unique_ptr<Pool> open(const std::string& spec, const OpenOptions& options);
-  ~Pool();
+  ~Pool();  // releases the lock; an unpublished pool's file is removed
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -69,6 +91,7 @@ class Pool {
   PersistMode persist_mode() const { return persist_mode_; }
   const std::string& path() const { return path_; }
   bool read_only() const { return read_only_; }
+  bool copy_on_write() const { return copy_on_write_; }
   bool gpu_mappable() const { return kind_ != PoolKind::kFile; }
   // Which header copy (0 or 1) the pool was opened from, and whether the other one was invalid.
   int header_copy() const { return current_copy_; }
@@ -101,11 +124,15 @@ class Pool {
   void grow_file(uint64_t new_size);
 
   int fd_ = -1;
+  std::unique_ptr<class OpenRegistration> registration_;  // this process's record that it has the pool open
+  int replaced_fd_ = -1;   // create with replace: the old file, locked until publish()
+  std::unique_ptr<class OpenRegistration> replaced_registration_;
   std::string path_;
   std::string temp_path_;  // set between create() and publish()
   PoolKind kind_ = PoolKind::kShm;
   PersistMode persist_mode_ = PersistMode::kOrdered;
   bool read_only_ = false;
+  bool copy_on_write_ = false;
   std::byte* base_ = nullptr;
   uint64_t reserved_ = 0;   // bytes of address space reserved at base_
   uint64_t file_size_ = 0;  // bytes mapped (= the file's size)

@@ -77,9 +77,9 @@ void Table::execute(const Batch& b) {
   if (b.size == 0) return;
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
-  if (b.key_width != h.key_width)
+  if (b.key_width != h.gphash.key_width)
     throw Error(ErrorCode::kKeyWidthMismatch,
-                fmt::format("key width mismatch: pool has {}, batch gives {}", h.key_width, b.key_width), "key_width");
+                fmt::format("key width mismatch: pool has {}, batch gives {}", h.gphash.key_width, b.key_width), "key_width");
   bool writes = false, values_needed = false;
   for (size_t i = 0; i < b.size; ++i) {
     const Op op = b.ops ? b.ops[i] : b.op;
@@ -92,9 +92,9 @@ void Table::execute(const Batch& b) {
   }
   if (values_needed && !b.values)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: insert, upsert and update need values");
-  if ((values_needed || b.values_out) && b.value_width != h.value_width)
+  if ((values_needed || b.values_out) && b.value_width != h.gphash.value_width)
     throw Error(ErrorCode::kValueWidthMismatch,
-                fmt::format("value width mismatch: pool has {}, batch gives {}", h.value_width, b.value_width),
+                fmt::format("value width mismatch: pool has {}, batch gives {}", h.gphash.value_width, b.value_width),
                 "value_width");
   if (writes && impl_->pool->read_only())
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", impl_->pool->path()));
@@ -111,33 +111,34 @@ void Table::execute(const Batch& b) {
   }
 }
 
-uint32_t Table::key_width() const { return impl_->pool->header().key_width; }
-uint32_t Table::value_width() const { return impl_->pool->header().value_width; }
+uint32_t Table::key_width() const { return impl_->pool->header().gphash.key_width; }
+uint32_t Table::value_width() const { return impl_->pool->header().gphash.value_width; }
 uint64_t Table::size() const { return impl_->engine->item_count(); }
 
 namespace {
 
-TableInfo info_from_header(const pool::Pool& pool) {
-  const format::PoolHeader& h = pool.header();
+TableInfo info_from_header(const format::PoolHeader& h, const std::string& path, pool::PoolKind kind, uint64_t file_size) {
   TableInfo i;
-  i.path = pool.path();
-  i.pool_kind = pool::to_string(pool.kind());
-  i.key_width = h.key_width;
-  i.value_width = h.value_width;
+  i.path = path;
+  i.pool_kind = pool::to_string(kind);
+  i.index = h.index_kind == format::kIndexGphash ? "gphash" : "unknown";
+  i.key_width = h.gphash.key_width;
+  i.value_width = h.gphash.value_width;
   i.shape = format::shape_of(h);
-  i.hash_seed = h.hash_seed;
+  i.hash_seed = h.gphash.hash_seed;
   i.items = h.item_count;
   i.slots = format::slot_capacity(h);
   i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
-  i.bottom_level = h.bottom_level;
+  i.bottom_level = h.gphash.bottom_level;
   i.top_level = format::top_level(h);
-  i.pool_bytes = pool.file_size();
+  i.pool_bytes = file_size;
   i.heap_cells = format::heap_cell_capacity(h);
-  i.cell_size = h.cell_size;
+  i.cell_size = h.gphash.cell_size;
   i.clean_shutdown = h.clean_shutdown != 0;
-  i.resizing = h.resize_state != format::kResizeNone;
+  i.resizing = h.gphash.resize_state != format::kResizeNone;
   i.generation = h.generation;
   i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
+  i.value_checksums = format::has_value_checksums(h);
   for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
   return i;
 }
@@ -145,14 +146,17 @@ TableInfo info_from_header(const pool::Pool& pool) {
 }  // namespace
 
 TableInfo Table::inspect(const std::string& pool_spec) {
-  auto pool = pool::Pool::open(pool_spec, {true, 0, false});
-  return info_from_header(*pool);
+  const pool::HeaderSnapshot snap = pool::read_header(pool_spec);
+  TableInfo i = info_from_header(snap.header, snap.path, snap.kind, snap.file_size);
+  i.in_use = snap.in_use;
+  return i;
 }
 
 TableInfo Table::info() const {
   std::shared_lock lock(impl_->batches);
   engine::EngineStats s = impl_->engine->stats();
-  TableInfo i = info_from_header(*impl_->pool);
+  const pool::Pool& pool = *impl_->pool;
+  TableInfo i = info_from_header(pool.header(), pool.path(), pool.kind(), pool.file_size());
   i.engine = impl_->engine->name();
   i.items = impl_->engine->item_count();
   if (s.slots) {

@@ -114,7 +114,7 @@ PoolProbe probe_pool(const std::string& path) {
   if (best) {
     probe.valid = true;
     probe.clean = best->clean_shutdown != 0;
-    probe.resizing = best->resize_state != format::kResizeNone;
+    probe.resizing = best->gphash.resize_state != format::kResizeNone;
   }
   format::MaintenanceRecord rec{};
   if (pread(fd, &rec, sizeof rec, static_cast<off_t>(format::kMaintenanceOffset)) == sizeof rec)

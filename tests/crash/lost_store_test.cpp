@@ -34,7 +34,7 @@ std::unique_ptr<engine::Engine> make_shadow_engine(pool::Pool& pool) {
   OpenOptions options;
   options.threads = 1;  // one thread: the store order, and so every crash image, is reproducible
   const format::PoolHeader& h = pool.header();
-  return engine::dispatch(format::shape_of(h), h.key_width, [&]<class S, int K>() -> std::unique_ptr<engine::Engine> {
+  return engine::dispatch(format::shape_of(h), h.gphash.key_width, [&]<class S, int K>() -> std::unique_ptr<engine::Engine> {
     return std::make_unique<engine::cpu::CpuEngine<S, K, ShadowMemory>>(pool, options);
   });
 }
@@ -127,7 +127,7 @@ struct Sampler {
     store_snapshots = 0;
   }
   void on_store() {
-    const bool resizing = pool->header().resize_state != format::kResizeNone;
+    const bool resizing = pool->header().gphash.resize_state != format::kResizeNone;
     const bool moving = engine::cpu::DirectMemory::load(&pool->maintenance()->move_state) == format::kMoveInProgress;
     const double rate = resizing || moving ? special_rate : base_rate;
     if (store_snapshots < cap && std::uniform_real_distribution<double>(0, 1)(rng) < rate) {

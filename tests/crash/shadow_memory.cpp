@@ -92,13 +92,13 @@ std::string ShadowRecorder::describe(uint64_t offset, const format::PoolHeader& 
     return fmt::format("move record {}", field < 3 ? kFields[field] : "reserved word");
   }
   const format::BucketLayout layout = format::bucket_layout(h);
-  for (uint32_t l = h.bottom_level; l <= format::kMaxLevel; ++l) {
-    if (!h.level_offset[l]) continue;
-    const uint64_t lo = h.level_offset[l], bytes = format::level_bytes(h, l);
+  for (uint32_t l = h.gphash.bottom_level; l <= format::kMaxLevel; ++l) {
+    if (!h.gphash.level_offset[l]) continue;
+    const uint64_t lo = h.gphash.level_offset[l], bytes = format::level_bytes(h, l);
     if (offset < lo || offset >= lo + bytes) continue;
-    const uint64_t bucket = (offset - lo) / h.bucket_bytes;
-    const uint32_t in = static_cast<uint32_t>((offset - lo) % h.bucket_bytes);
-    const uint32_t S = h.slots, kw = h.key_width;
+    const uint64_t bucket = (offset - lo) / h.gphash.bucket_bytes;
+    const uint32_t in = static_cast<uint32_t>((offset - lo) % h.gphash.bucket_bytes);
+    const uint32_t S = h.gphash.slots, kw = h.gphash.key_width;
     if (layout.key_is_state())
       return fmt::format("level {} bucket {} slot {} {}", l, bucket, in / 16,
                          in % 16 < 8 ? "key/state word" : "value word");
@@ -108,11 +108,11 @@ std::string ShadowRecorder::describe(uint64_t offset, const format::PoolHeader& 
     return fmt::format("level {} bucket {} slot {} value word", l, bucket, (in - 8 * S - kw * S) / 8);
   }
   const format::HeapGeometry g = format::heap_geometry(h);
-  for (uint32_t c = 0; c < h.heap_chunk_count; ++c) {
-    const uint64_t lo = h.heap_chunk_offset[c], bytes = g.chunk_cells(c) * h.cell_size;
+  for (uint32_t c = 0; c < h.gphash.heap_chunk_count; ++c) {
+    const uint64_t lo = h.gphash.heap_chunk_offset[c], bytes = g.chunk_cells(c) * h.gphash.cell_size;
     if (offset >= lo && offset < lo + bytes)
-      return fmt::format("heap cell {} word {}", g.chunk_begin(c) + (offset - lo) / h.cell_size,
-                         (offset - lo) % h.cell_size / 8);
+      return fmt::format("heap cell {} word {}", g.chunk_begin(c) + (offset - lo) / h.gphash.cell_size,
+                         (offset - lo) % h.gphash.cell_size / 8);
   }
   return fmt::format("offset {} (no extent)", offset);
 }

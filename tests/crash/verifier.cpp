@@ -75,24 +75,24 @@ void raw_scan(const std::string& path, const std::vector<KeyState>& observed, Vi
   auto pool = pool::Pool::open(path, {true, 0, false});
   const format::PoolHeader& h = pool->header();
   if (h.clean_shutdown != 1) v.add("raw scan: the header is not marked clean after close");
-  if (h.resize_state != format::kResizeNone) v.add("raw scan: a resize is still in progress after recovery");
+  if (h.gphash.resize_state != format::kResizeNone) v.add("raw scan: a resize is still in progress after recovery");
   if (pool->maintenance()->move_state != format::kMoveIdle)
     v.add("raw scan: the move record is not idle after recovery");
   const format::BucketLayout layout = format::bucket_layout(h);
   const format::HeapGeometry heap = format::heap_geometry(h);
-  const bool inline_values = format::value_is_inline(h.value_width);
+  const bool inline_values = format::value_is_inline(h.gphash.value_width);
   const uint64_t heap_cells = inline_values ? 0 : format::heap_cell_capacity(h);
   const uint64_t key_space = observed.size();
-  const uint64_t mask = CrashModel(h.value_width).version_mask();
+  const uint64_t mask = CrashModel(h.gphash.value_width).version_mask();
   std::vector<uint8_t> seen(key_space, 0);
   uint64_t count = 0;
   std::byte key[32], expected_key[32];
-  std::vector<std::byte> value(h.value_width);
-  for (uint32_t level = h.bottom_level; level <= format::top_level(h); ++level) {
-    const std::byte* base = pool->at<std::byte>(h.level_offset[level]);
+  std::vector<std::byte> value(h.gphash.value_width);
+  for (uint32_t level = h.gphash.bottom_level; level <= format::top_level(h); ++level) {
+    const std::byte* base = pool->at<std::byte>(h.gphash.level_offset[level]);
     for (uint64_t b = 0; b < format::level_buckets(level); ++b) {
-      const std::byte* bucket = base + b * h.bucket_bytes;
-      for (uint32_t s = 0; s < h.slots; ++s) {
+      const std::byte* bucket = base + b * h.gphash.bucket_bytes;
+      for (uint32_t s = 0; s < h.gphash.slots; ++s) {
         uint64_t state;
         std::memcpy(&state, bucket + layout.state_offset(s), 8);
         if (state == format::kSlotInserting)
@@ -103,13 +103,13 @@ void raw_scan(const std::string& path, const std::vector<KeyState>& observed, Vi
           const uint64_t k = format::decode_key_word(state);
           std::memcpy(key, &k, 8);
         } else {
-          std::memcpy(key, bucket + layout.key_offset(s), h.key_width);
+          std::memcpy(key, bucket + layout.key_offset(s), h.gphash.key_width);
         }
         uint64_t first_word;
         std::memcpy(&first_word, key, 8);
         const std::optional<uint64_t> record = workload::record_of_key_word(first_word);
-        if (record && *record < key_space) workload::make_key(*record, h.key_width, expected_key);
-        if (!record || *record >= key_space || std::memcmp(key, expected_key, h.key_width) != 0) {
+        if (record && *record < key_space) workload::make_key(*record, h.gphash.key_width, expected_key);
+        if (!record || *record >= key_space || std::memcmp(key, expected_key, h.gphash.key_width) != 0) {
           v.add("raw scan: slot ({}, {}, {}) holds a phantom key (no write of the workload produced it)", level, b, s);
           continue;
         }
@@ -117,17 +117,17 @@ void raw_scan(const std::string& path, const std::vector<KeyState>& observed, Vi
         uint64_t word;
         std::memcpy(&word, bucket + layout.value_offset(s), 8);
         if (inline_values) {
-          std::memcpy(value.data(), &word, h.value_width);
+          std::memcpy(value.data(), &word, h.gphash.value_width);
         } else if (word >= heap_cells) {
           v.add("raw scan: record {} references cell {} outside the heap of {} cells", *record, word, heap_cells);
           continue;
         } else {
           const uint32_t c = heap.chunk_of(word);
           std::memcpy(value.data(),
-                      pool->at<std::byte>(h.heap_chunk_offset[c]) + (word - heap.chunk_begin(c)) * h.cell_size,
-                      h.value_width);
+                      pool->at<std::byte>(h.gphash.heap_chunk_offset[c]) + (word - heap.chunk_begin(c)) * h.gphash.cell_size,
+                      h.gphash.value_width);
         }
-        uint64_t version = read_version(*record, value.data(), h.value_width);
+        uint64_t version = read_version(*record, value.data(), h.gphash.value_width);
         if (version != kTorn) version &= mask;
         const KeyState& looked_up = observed[*record];
         if (!looked_up.present || looked_up.version != version)

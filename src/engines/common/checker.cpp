@@ -26,7 +26,7 @@ struct View {
   uint64_t seeds[32];
 
   const std::byte* bucket(uint32_t level, uint64_t b) const {
-    return pool.at<std::byte>(h.level_offset[level]) + b * h.bucket_bytes;
+    return pool.at<std::byte>(h.gphash.level_offset[level]) + b * h.gphash.bucket_bytes;
   }
   uint64_t state(const std::byte* bucket, uint32_t s) const {
     return __atomic_load_n(reinterpret_cast<const uint64_t*>(bucket + layout.state_offset(s)), __ATOMIC_ACQUIRE);
@@ -40,7 +40,7 @@ struct View {
       uint64_t k = format::decode_key_word(state);
       std::memcpy(out, &k, 8);
     } else {
-      std::memcpy(out, bucket + layout.key_offset(s), h.key_width);
+      std::memcpy(out, bucket + layout.key_offset(s), h.gphash.key_width);
     }
   }
 };
@@ -55,7 +55,7 @@ struct Violation {
 CheckReport check_table(const pool::Pool& pool, int threads, std::optional<uint64_t> expected_items) {
   const PoolHeader& h = pool.header();
   View v{pool, h, format::bucket_layout(h), format::heap_geometry(h), {}};
-  for (int j = 0; j < h.hashes; ++j) v.seeds[j] = format::hash_seed_for(h.hash_seed, j);
+  for (int j = 0; j < h.gphash.hashes; ++j) v.seeds[j] = format::hash_seed_for(h.gphash.hash_seed, j);
   CheckReport report;
   report.slots = format::slot_capacity(h);
 
@@ -66,23 +66,23 @@ CheckReport check_table(const pool::Pool& pool, int threads, std::optional<uint6
     uint64_t order = (uint64_t{at.level} << 58) | (at.bucket << 6) | at.slot;
     if (order < first.order) first = {order, fmt::format("slot (level {}, bucket {}, slot {}): {}", at.level, at.bucket, at.slot, std::move(text))};
   };
-  if (h.resize_state != format::kResizeNone) violate({0, 0, 0}, "a resize is in progress (recovery has not run)");
+  if (h.gphash.resize_state != format::kResizeNone) violate({0, 0, 0}, "a resize is in progress (recovery has not run)");
   if (pool.maintenance()->move_state == format::kMoveInProgress)
     violate({0, 0, 0}, "a displacement move is in progress (recovery has not run)");
 
-  const bool heap = !format::value_is_inline(h.value_width);
+  const bool heap = !format::value_is_inline(h.gphash.value_width);
   const uint64_t heap_cells = heap ? format::heap_cell_capacity(h) : 0;
   std::vector<uint64_t> used(heap ? (heap_cells + 63) / 64 : 0, 0);
   std::atomic<uint64_t> items{0}, inserting{0};
   const uint32_t top = format::top_level(h);
 
-  for (uint32_t level = h.bottom_level; level <= top; ++level) {
+  for (uint32_t level = h.gphash.bottom_level; level <= top; ++level) {
     const int64_t buckets = static_cast<int64_t>(format::level_buckets(level));
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1024)
     for (int64_t bi = 0; bi < buckets; ++bi) {
       const uint64_t b = static_cast<uint64_t>(bi);
       const std::byte* bucket = v.bucket(level, b);
-      for (uint32_t s = 0; s < h.slots; ++s) {
+      for (uint32_t s = 0; s < h.gphash.slots; ++s) {
         const SlotAddress at{level, b, s};
         const uint64_t state = v.state(bucket, s);
         if (state == format::kSlotInserting) {
@@ -95,30 +95,30 @@ CheckReport check_table(const pool::Pool& pool, int threads, std::optional<uint6
         unsigned char key[32];
         v.key(bucket, s, state, key);
         uint64_t hash[32];
-        for (int j = 0; j < h.hashes; ++j) hash[j] = format::xxh64(key, h.key_width, v.seeds[j]);
+        for (int j = 0; j < h.gphash.hashes; ++j) hash[j] = format::xxh64(key, h.gphash.key_width, v.seeds[j]);
         if (v.layout.key_is_state()) {
           if (format::is_reserved_key(format::decode_key_word(state))) violate(at, "holds a reserved key");
-        } else if (state != format::fingerprint(hash[0], hash[h.hashes - 1])) {
+        } else if (state != format::fingerprint(hash[0], hash[h.gphash.hashes - 1])) {
           violate(at, "fingerprint does not match its key");
         }
         bool placed = false;
-        for (int j = 0; j < h.hashes; ++j) placed |= format::bucket_at(hash[j], level) == b;
+        for (int j = 0; j < h.gphash.hashes; ++j) placed |= format::bucket_at(hash[j], level) == b;
         if (!placed) violate(at, "is not a candidate bucket of its key, so lookups cannot reach it");
         // Lookup: every candidate slot of the key; exactly one published copy must exist.
         int copies = 0;
-        for (uint32_t l = h.bottom_level; l <= top; ++l)
-          for (int j = 0; j < h.hashes; ++j) {
+        for (uint32_t l = h.gphash.bottom_level; l <= top; ++l)
+          for (int j = 0; j < h.gphash.hashes; ++j) {
             const uint64_t cb = format::bucket_at(hash[j], l);
             bool repeat = false;
             for (int i = 0; i < j; ++i) repeat |= format::bucket_at(hash[i], l) == cb;
             if (repeat) continue;
             const std::byte* other = v.bucket(l, cb);
-            for (uint32_t os = 0; os < h.slots; ++os) {
+            for (uint32_t os = 0; os < h.gphash.slots; ++os) {
               const uint64_t ostate = v.state(other, os);
               if (ostate != state) continue;
               unsigned char okey[32];
               v.key(other, os, ostate, okey);
-              if (std::memcmp(okey, key, h.key_width) == 0) ++copies;
+              if (std::memcmp(okey, key, h.gphash.key_width) == 0) ++copies;
             }
           }
         if (copies > 1) violate(at, fmt::format("its key has {} published copies (a visible duplicate)", copies));

@@ -27,6 +27,12 @@ void check_config(const TableConfig& c) {
   if (!format::is_supported(c.shape))
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("shape {} is not supported: use 2L-2H-8S, 4L-2H-4S or 1L-4H-8S", to_string(c.shape)), "shape");
+  if (c.value_checksums && format::value_is_inline(c.value_width))
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("value checksums protect heap cells, and {}-byte values live in the slot (up to {} bytes "
+                            "do): use them with values over {} bytes",
+                            c.value_width, format::kMaxInlineValue, format::kMaxInlineValue),
+                "value_checksums");
   if (c.capacity == 0 || c.capacity > (uint64_t{1} << 36))
     throw Error(ErrorCode::kInvalidArgument, fmt::format("capacity {} is not in 1..2^36", c.capacity), "capacity");
 }
@@ -46,14 +52,16 @@ void TableMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   for (auto& b : h.uuid) b = static_cast<unsigned char>(rd());
   h.created_unix_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  h.key_width = config.key_width;
-  h.value_width = config.value_width;
-  h.levels = config.shape.levels;
-  h.hashes = config.shape.hashes;
-  h.slots = config.shape.slots;
-  h.hash_function = format::kHashXxh64;
-  h.bucket_bytes = format::BucketLayout{config.key_width, config.shape.slots}.bytes();
-  h.hash_seed = config.hash_seed ? *config.hash_seed : (uint64_t{rd()} << 32 | rd());
+  h.index_kind = format::kIndexGphash;
+  if (config.value_checksums) h.incompat_features |= format::kFeatureValueChecksums;
+  h.gphash.key_width = config.key_width;
+  h.gphash.value_width = config.value_width;
+  h.gphash.levels = config.shape.levels;
+  h.gphash.hashes = config.shape.hashes;
+  h.gphash.slots = config.shape.slots;
+  h.gphash.hash_function = format::kHashXxh64;
+  h.gphash.bucket_bytes = format::BucketLayout{config.key_width, config.shape.slots}.bytes();
+  h.gphash.hash_seed = config.hash_seed ? *config.hash_seed : (uint64_t{rd()} << 32 | rd());
   h.extent_align_log2 = pool.header().extent_align_log2;
   h.pool_used = pool.header().pool_used;
   h.pool_size = pool.header().pool_size;
@@ -63,18 +71,18 @@ void TableMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   const uint64_t per_bottom_bucket = uint64_t{config.shape.slots} * ((uint64_t{1} << config.shape.levels) - 1);
   uint32_t bottom = 0;
   while ((per_bottom_bucket << bottom) * 9 / 10 < config.capacity) ++bottom;
-  h.bottom_level = bottom;
+  h.gphash.bottom_level = bottom;
   if (format::top_level(h) > format::kMaxLevel)
     throw Error(ErrorCode::kInvalidArgument, fmt::format("capacity {} needs more than {} levels", config.capacity,
                                                          format::kMaxLevel), "capacity");
   for (uint32_t l = bottom; l <= format::top_level(h); ++l)
-    h.level_offset[l] = pool.allocate_extent(h, format::level_bytes(h, l));
+    h.gphash.level_offset[l] = pool.allocate_extent(h, format::level_bytes(h, l));
 
   if (!format::value_is_inline(config.value_width)) {
-    h.cell_size = format::cell_size_for(config.value_width);
-    h.heap_first_chunk_cells = std::max<uint64_t>(64, next_pow2(config.capacity));
-    h.heap_chunk_count = 1;
-    h.heap_chunk_offset[0] = pool.allocate_extent(h, h.heap_first_chunk_cells * h.cell_size);
+    h.gphash.cell_size = format::cell_size_for(config.value_width, config.value_checksums);
+    h.gphash.heap_first_chunk_cells = std::max<uint64_t>(64, next_pow2(config.capacity));
+    h.gphash.heap_chunk_count = 1;
+    h.gphash.heap_chunk_offset[0] = pool.allocate_extent(h, h.gphash.heap_first_chunk_cells * h.gphash.cell_size);
   }
   pool.write_initial_header(h);
 }
@@ -82,11 +90,11 @@ void TableMeta::initialize(pool::Pool& pool, const TableConfig& config) {
 void TableMeta::begin_resize() {
   PoolHeader h = header();
   const uint32_t new_top = format::top_level(h) + 1;
-  if (h.resize_state != format::kResizeNone) return;  // resuming: the level exists
+  if (h.gphash.resize_state != format::kResizeNone) return;  // resuming: the level exists
   if (new_top > format::kMaxLevel)
     throw Error(ErrorCode::kNoSpace, fmt::format("table cannot grow past level {}", format::kMaxLevel));
-  h.level_offset[new_top] = pool_.allocate_extent(h, format::level_bytes(h, new_top));
-  h.resize_state = format::kResizeRehashing;
+  h.gphash.level_offset[new_top] = pool_.allocate_extent(h, format::level_bytes(h, new_top));
+  h.gphash.resize_state = format::kResizeRehashing;
   GPHASH_CRASH_POINT("resize.begin.before_header");
   pool_.write_header(h);
   GPHASH_CRASH_POINT("resize.begin.after_header");
@@ -94,12 +102,12 @@ void TableMeta::begin_resize() {
 
 void TableMeta::finish_resize() {
   PoolHeader h = header();
-  const uint32_t old_bottom = h.bottom_level;
-  const uint64_t old_offset = h.level_offset[old_bottom];
+  const uint32_t old_bottom = h.gphash.bottom_level;
+  const uint64_t old_offset = h.gphash.level_offset[old_bottom];
   const uint64_t old_bytes = format::level_bytes(h, old_bottom);
-  h.level_offset[old_bottom] = 0;
-  h.bottom_level = old_bottom + 1;
-  h.resize_state = format::kResizeNone;
+  h.gphash.level_offset[old_bottom] = 0;
+  h.gphash.bottom_level = old_bottom + 1;
+  h.gphash.resize_state = format::kResizeNone;
   GPHASH_CRASH_POINT("resize.finish.before_header");
   pool_.write_header(h);
   GPHASH_CRASH_POINT("resize.finish.after_header");
@@ -108,12 +116,12 @@ void TableMeta::finish_resize() {
 
 void TableMeta::grow_heap() {
   PoolHeader h = header();
-  if (h.heap_chunk_count >= format::kMaxHeapChunks)
+  if (h.gphash.heap_chunk_count >= format::kMaxHeapChunks)
     throw Error(ErrorCode::kNoSpace, "the value heap has its maximum number of chunks");
   format::HeapGeometry g = format::heap_geometry(h);
-  h.heap_chunk_offset[h.heap_chunk_count] =
-      pool_.allocate_extent(h, g.chunk_cells(h.heap_chunk_count) * h.cell_size);
-  ++h.heap_chunk_count;
+  h.gphash.heap_chunk_offset[h.gphash.heap_chunk_count] =
+      pool_.allocate_extent(h, g.chunk_cells(h.gphash.heap_chunk_count) * h.gphash.cell_size);
+  ++h.gphash.heap_chunk_count;
   GPHASH_CRASH_POINT("heap.grow.before_header");
   pool_.write_header(h);
   GPHASH_CRASH_POINT("heap.grow.after_header");

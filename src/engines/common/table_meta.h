@@ -22,23 +22,23 @@ class TableMeta {
 
   pool::Pool& pool() const { return pool_; }
   const format::PoolHeader& header() const { return pool_.header(); }
-  uint32_t bottom_level() const { return header().bottom_level; }
+  uint32_t bottom_level() const { return header().gphash.bottom_level; }
   uint32_t top_level() const { return format::top_level(header()); }
   // The highest level that holds items: top_level(), or one more while a resize rehashes.
   uint32_t highest_level() const {
-    return top_level() + (header().resize_state == format::kResizeRehashing ? 1 : 0);
+    return top_level() + (header().gphash.resize_state == format::kResizeRehashing ? 1 : 0);
   }
-  std::byte* level(uint32_t l) const { return pool_.at<std::byte>(header().level_offset[l]); }
-  std::byte* bucket(uint32_t l, uint64_t b) const { return level(l) + b * header().bucket_bytes; }
+  std::byte* level(uint32_t l) const { return pool_.at<std::byte>(header().gphash.level_offset[l]); }
+  std::byte* bucket(uint32_t l, uint64_t b) const { return level(l) + b * header().gphash.bucket_bytes; }
   uint64_t slot_capacity() const { return format::slot_capacity(header()); }
 
-  bool has_heap() const { return !format::value_is_inline(header().value_width); }
+  bool has_heap() const { return !format::value_is_inline(header().gphash.value_width); }
   uint64_t heap_cells() const { return format::heap_cell_capacity(header()); }
   std::byte* cell(uint64_t ref) const {
     const format::PoolHeader& h = header();
     format::HeapGeometry g = format::heap_geometry(h);
     uint32_t c = g.chunk_of(ref);
-    return pool_.at<std::byte>(h.heap_chunk_offset[c]) + (ref - g.chunk_begin(c)) * h.cell_size;
+    return pool_.at<std::byte>(h.gphash.heap_chunk_offset[c]) + (ref - g.chunk_begin(c)) * h.gphash.cell_size;
   }
 
   // Resize, step 1: allocates the new top level and persists kResizeRehashing. Throws kNoSpace

@@ -7,7 +7,7 @@ namespace gphash::engine {
 
 std::unique_ptr<Engine> make_cpu_engine(pool::Pool& pool, const OpenOptions& options) {
   const format::PoolHeader& h = pool.header();
-  return dispatch(format::shape_of(h), h.key_width, [&]<class S, int K>() -> std::unique_ptr<Engine> {
+  return dispatch(format::shape_of(h), h.gphash.key_width, [&]<class S, int K>() -> std::unique_ptr<Engine> {
     return std::make_unique<cpu::CpuEngine<S, K>>(pool, options);
   });
 }

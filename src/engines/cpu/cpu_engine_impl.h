@@ -58,7 +58,7 @@ class CpuEngine final : public Engine {
     if (dirty && pool.read_only())
       throw Error(ErrorCode::kInvalidArgument,
                   "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
-    const bool resumed_resize = dirty && meta_.header().resize_state == format::kResizeRehashing;
+    const bool resumed_resize = dirty && meta_.header().gphash.resize_state == format::kResizeRehashing;
     if (dirty) recover();
     if (!pool.read_only()) meta_.mark_open_dirty();
     if (dirty || meta_.has_heap()) {
@@ -272,7 +272,7 @@ class CpuEngine final : public Engine {
     GPHASH_CRASH_POINT("recovery.begin");
     table_.resolve_move_record();
     GPHASH_CRASH_POINT("recovery.after_resolve_move");
-    if (meta_.header().resize_state == format::kResizeRehashing) {
+    if (meta_.header().gphash.resize_state == format::kResizeRehashing) {
       // The rehash must not meet INSERTING slots; otherwise the recount empties them in its pass.
       table_.clear_inserting(threads_);
       GPHASH_CRASH_POINT("recovery.after_clear_inserting");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engines/common/crash_point.h"
+#include "engines/common/move_record.h"
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cell_allocator.h"
 #include "engines/cpu/memory.h"
@@ -67,17 +68,17 @@ class CpuTable {
   // Reloads level and heap addresses after the header changed (resize, heap growth).
   void refresh() {
     const format::PoolHeader& h = meta_.header();
-    for (int j = 0; j < H; ++j) seed_[j] = format::hash_seed_for(h.hash_seed, j);
+    for (int j = 0; j < H; ++j) seed_[j] = format::hash_seed_for(h.gphash.hash_seed, j);
     bottom_ = meta_.bottom_level();
     top_ = meta_.top_level();
     highest_ = meta_.highest_level();
-    for (uint32_t l = 0; l <= format::kMaxLevel; ++l) levels_[l] = h.level_offset[l] ? meta_.level(l) : nullptr;
-    value_width_ = h.value_width;
+    for (uint32_t l = 0; l <= format::kMaxLevel; ++l) levels_[l] = h.gphash.level_offset[l] ? meta_.level(l) : nullptr;
+    value_width_ = h.gphash.value_width;
     has_heap_ = meta_.has_heap();
-    cell_size_ = h.cell_size;
+    cell_size_ = h.gphash.cell_size;
     heap_ = format::heap_geometry(h);
     heap_cells_ = meta_.heap_cells();
-    for (uint32_t c = 0; c < h.heap_chunk_count; ++c) chunk_[c] = meta_.pool().template at<std::byte>(h.heap_chunk_offset[c]);
+    for (uint32_t c = 0; c < h.gphash.heap_chunk_count; ++c) chunk_[c] = meta_.pool().template at<std::byte>(h.gphash.heap_chunk_offset[c]);
   }
 
   void prepare(Probe& p, const void* key) const {
@@ -219,12 +220,10 @@ class CpuTable {
   // Recovery: finishes or undoes the move the maintenance record names.
   void resolve_move_record() {
     format::MaintenanceRecord* rec = meta_.pool().maintenance();
-    if (Memory::load(&rec->move_state) != format::kMoveInProgress) return;
-    format::SlotAddress from = format::unpack_slot_address(Memory::load(&rec->move_from));
-    format::SlotAddress to = format::unpack_slot_address(Memory::load(&rec->move_to));
-    for (format::SlotAddress a : {from, to})
-      if (a.level < bottom_ || a.level > highest_ || a.bucket >= format::level_buckets(a.level) || a.slot >= S)
-        throw Error(ErrorCode::kCorruptTable, "the maintenance record names a slot outside the table");
+    const auto move = validate_move_record(meta_, Memory::load(&rec->move_state), Memory::load(&rec->move_from),
+                                           Memory::load(&rec->move_to), Memory::load(&rec->move_checksum));
+    if (!move) return;
+    const format::SlotAddress from = move->from, to = move->to;
     SlotRef f = ref(from), t = ref(to);
     uint64_t fs = Memory::load(state_word(f)), ts = Memory::load(state_word(t));
     if (format::is_published(fs) && fs == ts && same_key(f, t)) {
@@ -463,6 +462,7 @@ class CpuTable {
     format::MaintenanceRecord* rec = meta_.pool().maintenance();
     Memory::store(&rec->move_from, format::pack(from.address()));
     Memory::store(&rec->move_to, format::pack(to.address()));
+    Memory::store(&rec->move_checksum, format::move_record_checksum(format::pack(from.address()), format::pack(to.address())));
     mem_.persist(rec, sizeof *rec);
     GPHASH_CRASH_POINT("move.after_addresses");
     Memory::store(&rec->move_state, format::kMoveInProgress);

@@ -27,9 +27,9 @@ std::unique_ptr<Engine> make_gpu_engine(pool::Pool& pool, const OpenOptions& opt
     throw Error(ErrorCode::kNoGpu, "no usable GPU (" + why + "); the CPU engine works on the same pools: --engine cpu");
   const format::PoolHeader& h = pool.header();
   const format::TableShape shape = format::shape_of(h);
-  if (shape == format::TableShape{2, 2, 8}) return gpu::make_gpu_engine_2l2h8s(pool, options, h.key_width);
-  if (shape == format::TableShape{4, 2, 4}) return gpu::make_gpu_engine_4l2h4s(pool, options, h.key_width);
-  if (shape == format::TableShape{1, 4, 8}) return gpu::make_gpu_engine_1l4h8s(pool, options, h.key_width);
+  if (shape == format::TableShape{2, 2, 8}) return gpu::make_gpu_engine_2l2h8s(pool, options, h.gphash.key_width);
+  if (shape == format::TableShape{4, 2, 4}) return gpu::make_gpu_engine_4l2h4s(pool, options, h.gphash.key_width);
+  if (shape == format::TableShape{1, 4, 8}) return gpu::make_gpu_engine_1l4h8s(pool, options, h.gphash.key_width);
   throw Error(ErrorCode::kInvalidArgument, "shape " + to_string(shape) + " is not compiled in");
 }
 

@@ -66,15 +66,15 @@ class GpuEngine final : public Engine {
       throw Error(ErrorCode::kInvalidArgument,
                   "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
     dt_ = T{};
-    for (int j = 0; j < T::H; ++j) dt_.seed[j] = format::hash_seed_for(h.hash_seed, j);
-    dt_.bottom = h.bottom_level;
-    dt_.value_width = h.value_width;
+    for (int j = 0; j < T::H; ++j) dt_.seed[j] = format::hash_seed_for(h.gphash.hash_seed, j);
+    dt_.bottom = h.gphash.bottom_level;
+    dt_.value_width = h.gphash.value_width;
     dt_.has_heap = meta_.has_heap();
     dt_.persistent = true;
     dt_.family_bytes = T::family_bytes_for();
     dt_.counters = counters_;
     dt_.heap.geometry = format::heap_geometry(h);
-    dt_.heap.cell_size = h.cell_size;
+    dt_.heap.cell_size = h.gphash.cell_size;
     attach_pool();
     stats_.open_map_seconds = seconds_since(t0);
 
@@ -137,27 +137,27 @@ class GpuEngine final : public Engine {
     // leaves the previous saved state intact.
     const format::PoolHeader old = meta_.header();
     format::PoolHeader h = old;
-    for (uint32_t l = 0; l <= format::kMaxLevel; ++l) h.level_offset[l] = 0;
+    for (uint32_t l = 0; l <= format::kMaxLevel; ++l) h.gphash.level_offset[l] = 0;
     for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) {
       const uint64_t bytes = format::level_bytes(h, l);
-      h.level_offset[l] = pool_.allocate_extent(h, bytes);
-      GPHASH_CUDA(cudaMemcpy(pool_.base() + h.level_offset[l], dt_.level[l], bytes, cudaMemcpyDeviceToHost));
+      h.gphash.level_offset[l] = pool_.allocate_extent(h, bytes);
+      GPHASH_CUDA(cudaMemcpy(pool_.base() + h.gphash.level_offset[l], dt_.level[l], bytes, cudaMemcpyDeviceToHost));
     }
     for (uint32_t c = 0; c < heap_chunks_; ++c) {
-      const uint64_t bytes = dt_.heap.geometry.chunk_cells(c) * h.cell_size;
-      h.heap_chunk_offset[c] = pool_.allocate_extent(h, bytes);
-      GPHASH_CUDA(cudaMemcpy(pool_.base() + h.heap_chunk_offset[c], dt_.heap.chunk[c], bytes, cudaMemcpyDeviceToHost));
+      const uint64_t bytes = dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size;
+      h.gphash.heap_chunk_offset[c] = pool_.allocate_extent(h, bytes);
+      GPHASH_CUDA(cudaMemcpy(pool_.base() + h.gphash.heap_chunk_offset[c], dt_.heap.chunk[c], bytes, cudaMemcpyDeviceToHost));
     }
-    h.heap_chunk_count = heap_chunks_;
-    h.bottom_level = dt_.bottom;
-    h.resize_state = format::kResizeNone;
+    h.gphash.heap_chunk_count = heap_chunks_;
+    h.gphash.bottom_level = dt_.bottom;
+    h.gphash.resize_state = format::kResizeNone;
     h.item_count = items_;
     pool_.sync();
     pool_.write_header(h);
-    for (uint32_t l = old.bottom_level; l <= format::top_level(old); ++l)
-      pool_.release_extent(old.level_offset[l], format::level_bytes(old, l));
-    for (uint32_t c = 0; c < old.heap_chunk_count; ++c)
-      pool_.release_extent(old.heap_chunk_offset[c], dt_.heap.geometry.chunk_cells(c) * old.cell_size);
+    for (uint32_t l = old.gphash.bottom_level; l <= format::top_level(old); ++l)
+      pool_.release_extent(old.gphash.level_offset[l], format::level_bytes(old, l));
+    for (uint32_t c = 0; c < old.gphash.heap_chunk_count; ++c)
+      pool_.release_extent(old.gphash.heap_chunk_offset[c], dt_.heap.geometry.chunk_cells(c) * old.gphash.cell_size);
   }
 
   void close() override {
@@ -196,11 +196,11 @@ class GpuEngine final : public Engine {
     const format::PoolHeader& h = meta_.header();
     std::byte* prefix = register_extent(0, format::kReservedPrefixBytes);
     dt_.maintenance = reinterpret_cast<uint64_t*>(prefix + format::kMaintenanceOffset);
-    for (uint32_t l = h.bottom_level; l <= meta_.highest_level(); ++l)
-      dt_.level[l] = register_extent(h.level_offset[l], format::level_bytes(h, l));
-    heap_chunks_ = h.heap_chunk_count;
+    for (uint32_t l = h.gphash.bottom_level; l <= meta_.highest_level(); ++l)
+      dt_.level[l] = register_extent(h.gphash.level_offset[l], format::level_bytes(h, l));
+    heap_chunks_ = h.gphash.heap_chunk_count;
     for (uint32_t c = 0; c < heap_chunks_; ++c)
-      dt_.heap.chunk[c] = register_extent(h.heap_chunk_offset[c], dt_.heap.geometry.chunk_cells(c) * h.cell_size);
+      dt_.heap.chunk[c] = register_extent(h.gphash.heap_chunk_offset[c], dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size);
     dt_.heap.capacity = meta_.heap_cells();
   }
 
@@ -214,7 +214,7 @@ class GpuEngine final : public Engine {
       scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, stream_>>>(dt_, l, true, false, nullptr,
                                                                                              scan_);
     GPHASH_CUDA(cudaGetLastError());
-    if (meta_.header().resize_state == format::kResizeRehashing) rehash_and_finish(/*with_mirror=*/false);
+    if (meta_.header().gphash.resize_state == format::kResizeRehashing) rehash_and_finish(/*with_mirror=*/false);
     GPHASH_CUDA(cudaStreamSynchronize(stream_));
   }
 
@@ -223,15 +223,15 @@ class GpuEngine final : public Engine {
     for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) {
       const uint64_t bytes = format::level_bytes(h, l);
       device_levels_[l].resize(bytes);
-      GPHASH_CUDA(cudaMemcpy(device_levels_[l].get(), pool_.base() + h.level_offset[l], bytes, cudaMemcpyHostToDevice));
-      unregister_extent(h.level_offset[l]);
+      GPHASH_CUDA(cudaMemcpy(device_levels_[l].get(), pool_.base() + h.gphash.level_offset[l], bytes, cudaMemcpyHostToDevice));
+      unregister_extent(h.gphash.level_offset[l]);
       dt_.level[l] = device_levels_[l].get();
     }
     for (uint32_t c = 0; c < heap_chunks_; ++c) {
-      const uint64_t bytes = dt_.heap.geometry.chunk_cells(c) * h.cell_size;
+      const uint64_t bytes = dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size;
       device_chunks_[c].resize(bytes);
-      GPHASH_CUDA(cudaMemcpy(device_chunks_[c].get(), pool_.base() + h.heap_chunk_offset[c], bytes, cudaMemcpyHostToDevice));
-      unregister_extent(h.heap_chunk_offset[c]);
+      GPHASH_CUDA(cudaMemcpy(device_chunks_[c].get(), pool_.base() + h.gphash.heap_chunk_offset[c], bytes, cudaMemcpyHostToDevice));
+      unregister_extent(h.gphash.heap_chunk_offset[c]);
       dt_.heap.chunk[c] = device_chunks_[c].get();
     }
     dt_.persistent = false;
@@ -540,7 +540,7 @@ class GpuEngine final : public Engine {
       ++dt_.bottom;
     } else {
       meta_.begin_resize();
-      dt_.level[new_top] = register_extent(meta_.header().level_offset[new_top], format::level_bytes(meta_.header(), new_top));
+      dt_.level[new_top] = register_extent(meta_.header().gphash.level_offset[new_top], format::level_bytes(meta_.header(), new_top));
       rehash_and_finish();
     }
     if (options_.gpu_kernels != GpuKernels::kWarp) rebuild_mirror_and_counts(/*count=*/false);
@@ -552,10 +552,10 @@ class GpuEngine final : public Engine {
   void rehash_and_finish(bool with_mirror = true) {
     const uint32_t old_bottom = dt_.bottom;
     if (!dt_.level[old_bottom + T::L])
-      dt_.level[old_bottom + T::L] = register_extent(meta_.header().level_offset[old_bottom + T::L],
+      dt_.level[old_bottom + T::L] = register_extent(meta_.header().gphash.level_offset[old_bottom + T::L],
                                                      format::level_bytes(meta_.header(), old_bottom + T::L));
     rehash(old_bottom, with_mirror);
-    unregister_extent(meta_.header().level_offset[old_bottom]);
+    unregister_extent(meta_.header().gphash.level_offset[old_bottom]);
     dt_.level[old_bottom] = nullptr;
     meta_.finish_resize();
     ++dt_.bottom;
@@ -607,7 +607,7 @@ class GpuEngine final : public Engine {
     } else {
       meta_.grow_heap();
       dt_.heap.chunk[heap_chunks_] =
-          register_extent(meta_.header().heap_chunk_offset[heap_chunks_], cells * dt_.heap.cell_size);
+          register_extent(meta_.header().gphash.heap_chunk_offset[heap_chunks_], cells * dt_.heap.cell_size);
     }
     ++heap_chunks_;
     dt_.heap.capacity += cells;

@@ -430,8 +430,11 @@ struct WarpOps {
       bool moved = false;
       if (lane == qr.target && claim_slot<A>(t, qs)) {
         if (t.maintenance) {
-          t.maintenance[1] = format::pack({from_level, from_bucket, static_cast<uint32_t>(from_slot)});
-          t.maintenance[2] = format::pack({qs.level, qs.bucket, static_cast<uint32_t>(qs.slot)});
+          const uint64_t from_word = format::pack({from_level, from_bucket, static_cast<uint32_t>(from_slot)});
+          const uint64_t to_word = format::pack({qs.level, qs.bucket, static_cast<uint32_t>(qs.slot)});
+          t.maintenance[1] = from_word;
+          t.maintenance[2] = to_word;
+          t.maintenance[3] = format::move_record_checksum(from_word, to_word);
           t.persist_barrier();
           store_volatile(&t.maintenance[0], format::kMoveInProgress);
           t.persist_barrier();
