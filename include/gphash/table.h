@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gphash/config.h"
 #include "gphash/error.h"
@@ -60,8 +61,18 @@ struct TableInfo {
 
 struct CheckResult {
   bool ok = true;
-  std::string violation;  // the first violation, empty when ok
+  std::string violation;    // the first violation with its location (slot, heap cell, header), empty when ok
+  uint64_t violations = 0;  // how many were found
   uint64_t items = 0;
+  uint64_t values_verified = 0;  // heap values whose checksum was verified (pools with value checksums)
+  bool recovered = false;   // check_pool: the pool was not shut down cleanly; it was checked as recovery leaves it
+};
+
+struct RepairResult {
+  std::vector<std::string> dropped;  // one line per item removed: its key (hex), where it was, why
+  bool recovered = false;            // the pool was not shut down cleanly and recovery ran first
+  bool cleared_move_record = false;  // a damaged maintenance record was cleared
+  uint64_t items = 0;                // items after the repair
 };
 
 class Table {
@@ -79,9 +90,23 @@ class Table {
   // key or value width, missing arrays, unknown op) before touching the table.
   void execute(const Batch& batch);
 
-  // Reads a pool's header without opening an engine or running recovery (for `gphash info`).
-  // items and load_factor are exact only if the pool was shut down cleanly.
+  // Reads a pool's header without opening an engine, running recovery or taking the pool's lock
+  // (`gphash info` works while a writer runs). items and load_factor are as of the last clean
+  // close when clean_shutdown is false.
   static TableInfo inspect(const std::string& pool);
+  // Verifies a pool's invariants without changing it (`gphash check`): a pool that was not shut
+  // down cleanly is recovered in a private copy-on-write view first, so the result is what the
+  // next open would see, and the file stays exactly as it was. Refused (kPoolInUse) while a writer
+  // holds the pool.
+  static CheckResult check_pool(const std::string& pool, int threads = 0);
+  // Makes a damaged pool consistent (`gphash repair`): recovers it, clears a damaged maintenance
+  // record, and empties every slot that breaks an invariant (a damaged key, a value that fails
+  // its checksum, a reference outside the heap, a heap cell several slots claim, a duplicate
+  // copy), reporting each item dropped; then marks the pool clean.
+  static RepairResult repair(const std::string& pool, int threads = 0);
+  // Rewrites a pool of an older format version in the current one (`gphash convert`); false if it
+  // already is current.
+  static bool convert(const std::string& pool);
 
   uint32_t key_width() const;
   uint32_t value_width() const;

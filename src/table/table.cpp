@@ -4,9 +4,11 @@
 #include <omp.h>
 
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 
 #include "engines/common/checker.h"
+#include "engines/common/move_record.h"
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cpu_engine.h"
 #include "engines/engine.h"
@@ -37,6 +39,15 @@ std::unique_ptr<engine::Engine> make_engine(pool::Pool& pool, const OpenOptions&
 #endif
 }
 
+void check_options(const OpenOptions& o) {
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("threads {} is not in 0..{} (0 = all hardware threads)", o.threads, kMaxThreads), "threads");
+  if (!(o.max_load_factor > 0 && o.max_load_factor <= 1))
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("max_load_factor {} is not in (0, 1]", o.max_load_factor),
+                "max_load_factor");
+}
+
 bool needs_value(Op op) { return op == Op::kInsert || op == Op::kUpsert || op == Op::kUpdate; }
 
 }  // namespace
@@ -55,9 +66,10 @@ Table::~Table() {
 }
 
 Table Table::create(const std::string& pool_spec, const TableConfig& config, const OpenOptions& options) {
+  check_options(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace});
+  impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace, options.pool_file_mode});
   engine::TableMeta::initialize(*impl->pool, config);
   impl->pool->publish();
   impl->engine = make_engine(*impl->pool, options);
@@ -65,6 +77,7 @@ Table Table::create(const std::string& pool_spec, const TableConfig& config, con
 }
 
 Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
+  check_options(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->pool = pool::Pool::open(pool_spec, {options.read_only, options.max_pool_bytes, options.force_flush});
@@ -185,13 +198,88 @@ void Table::save() {
   impl_->engine->save();
 }
 
+namespace {
+
+int check_threads(int threads, const char* what) {
+  if (threads < 0 || threads > kMaxThreads)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} {} is not in 0..{} (0 = all hardware threads)", what, threads, kMaxThreads), "threads");
+  return threads > 0 ? threads : std::max(1, omp_get_max_threads());
+}
+
+CheckResult to_result(const engine::CheckReport& r) {
+  CheckResult c;
+  c.ok = r.ok;
+  c.violation = r.violation;
+  c.violations = r.violations;
+  c.items = r.items;
+  c.values_verified = r.values_verified;
+  return c;
+}
+
+}  // namespace
+
 CheckResult Table::check(int threads) const {
+  threads = check_threads(threads, "check threads");
   std::unique_lock lock(impl_->batches);
   impl_->engine->save();  // a GPU-memory table is checked as saved
-  if (threads <= 0) threads = std::max(1, omp_get_max_threads());
-  engine::CheckReport r = engine::check_table(*impl_->pool, threads, impl_->engine->item_count());
-  return {r.ok, r.violation, r.items};
+  return to_result(engine::check_table(*impl_->pool, {threads, impl_->engine->item_count(), false}));
 }
+
+CheckResult Table::check_pool(const std::string& pool_spec, int threads) {
+  threads = check_threads(threads, "check threads");
+  pool::OpenOptions view;
+  view.copy_on_write = true;
+  auto pool = pool::Pool::open(pool_spec, view);
+  const bool dirty = pool->header().clean_shutdown == 0;
+  std::optional<uint64_t> expected;
+  if (dirty) {
+    try {
+      engine::recover_pool(*pool, threads, /*clear_damaged_move_record=*/false);
+    } catch (const Error& e) {
+      // Recovery stops at what it may not act on (a damaged maintenance record): check the table
+      // as it is, which reports that first.
+      if (e.code() != ErrorCode::kCorruptTable) throw;
+    }
+  } else {
+    expected = pool->header().item_count;
+  }
+  CheckResult r = to_result(engine::check_table(*pool, {threads, expected, false}));
+  r.recovered = dirty;
+  return r;
+}
+
+RepairResult Table::repair(const std::string& pool_spec, int threads) {
+  threads = check_threads(threads, "repair threads");
+  auto pool = pool::Pool::open(pool_spec, {});
+  RepairResult result;
+  result.recovered = pool->header().clean_shutdown == 0;
+  const format::MaintenanceRecord& rec = *pool->maintenance();
+  try {
+    engine::validate_move_record(pool->header(), rec.move_state, rec.move_from, rec.move_to, rec.move_checksum);
+  } catch (const Error&) {
+    result.cleared_move_record = true;
+  }
+  engine::recover_pool(*pool, threads, /*clear_damaged_move_record=*/true);
+  const engine::CheckReport found = engine::check_table(*pool, {threads, std::nullopt, true});
+  const format::BucketLayout layout = format::bucket_layout(pool->header());
+  engine::TableMeta meta(*pool);
+  for (const engine::DamagedSlot& d : found.damaged) {
+    auto* state = reinterpret_cast<uint64_t*>(meta.bucket(d.at.level, d.at.bucket) + layout.state_offset(d.at.slot));
+    __atomic_store_n(state, format::kSlotEmpty, __ATOMIC_RELEASE);
+    pool->persist(state, 8);
+    result.dropped.push_back(fmt::format("key {} at {}: {}", d.key_hex, engine::describe(d.at), d.reason));
+  }
+  pool->sync();
+  const engine::CheckReport after = engine::check_table(*pool, {threads, std::nullopt, false});
+  if (!after.ok)
+    throw Error(ErrorCode::kCorruptTable, "repair could not make the pool consistent: " + after.violation);
+  meta.mark_clean(after.items);
+  result.items = after.items;
+  return result;
+}
+
+bool Table::convert(const std::string& pool_spec) { return pool::convert_pool(pool_spec); }
 
 void Table::close() {
   std::unique_lock lock(impl_->batches);
@@ -228,6 +316,7 @@ const char* to_string(OpStatus s) noexcept {
     case OpStatus::kHeapFull: return "heap full";
     case OpStatus::kTableFull: return "table full";
     case OpStatus::kReservedKey: return "reserved key";
+    case OpStatus::kCorruptValue: return "corrupt value";
   }
   return "?";
 }

@@ -17,6 +17,7 @@
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cell_allocator.h"
 #include "engines/cpu/memory.h"
+#include "format/cell.h"
 #include "format/hash.h"
 #include "format/layout.h"
 #include "format/shape.h"
@@ -33,6 +34,7 @@ enum class Outcome : uint8_t {
   kReservedKey,
   kNeedSlot,  // no free candidate slot: needs displacement or a resize (exclusive)
   kNeedCell,  // the heap has no free cell: needs heap growth (exclusive)
+  kCorruptValue,  // search: the value fails its checksum (pools with value checksums)
 };
 
 template <class ShapeT, int KeyWidth, class Memory = DirectMemory>
@@ -76,6 +78,7 @@ class CpuTable {
     value_width_ = h.gphash.value_width;
     has_heap_ = meta_.has_heap();
     cell_size_ = h.gphash.cell_size;
+    value_checksums_ = format::has_value_checksums(h);
     heap_ = format::heap_geometry(h);
     heap_cells_ = meta_.heap_cells();
     for (uint32_t c = 0; c < h.gphash.heap_chunk_count; ++c) chunk_[c] = meta_.pool().template at<std::byte>(h.gphash.heap_chunk_offset[c]);
@@ -112,7 +115,7 @@ class CpuTable {
       Scan s = scan(p, bottom_, top_);
       if (op == Op::kSearch) {
         if (s.valid < 0) return Outcome::kNotFound;
-        if (value_out) read_value(s.match[s.valid], value_out);
+        if (value_out && !read_value(s.match[s.valid], p, value_out)) return Outcome::kCorruptValue;
         return Outcome::kOk;
       }
       if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
@@ -129,13 +132,13 @@ class CpuTable {
           --count_delta;
           return finish(Outcome::kOk);
         }
-        return finish(write_value(at, value_in, tid, cell));  // update or upsert
+        return finish(write_value(at, p, value_in, tid, cell));  // update or upsert
       }
       if (op == Op::kErase || op == Op::kUpdate) return finish(Outcome::kNotFound);
       if (!s.has_free) return finish(Outcome::kNeedSlot);
       uint64_t word;
       if (has_heap_) {
-        if (cell == kNoCell && (cell = new_cell(value_in, tid)) == kNoCell) return Outcome::kNeedCell;
+        if (cell == kNoCell && (cell = new_cell(value_in, p, tid)) == kNoCell) return Outcome::kNeedCell;
         word = cell;
       } else {
         word = inline_word(value_in);
@@ -220,7 +223,7 @@ class CpuTable {
   // Recovery: finishes or undoes the move the maintenance record names.
   void resolve_move_record() {
     format::MaintenanceRecord* rec = meta_.pool().maintenance();
-    const auto move = validate_move_record(meta_, Memory::load(&rec->move_state), Memory::load(&rec->move_from),
+    const auto move = validate_move_record(meta_.header(), Memory::load(&rec->move_state), Memory::load(&rec->move_from),
                                            Memory::load(&rec->move_to), Memory::load(&rec->move_checksum));
     if (!move) return;
     const format::SlotAddress from = move->from, to = move->to;
@@ -376,23 +379,30 @@ class CpuTable {
     return w;
   }
 
-  // A cell holding `value`, persisted before any slot can reference it.
-  uint64_t new_cell(const std::byte* value, int tid) {
+  // A cell holding `value` (and, with value checksums, its checksum for key p), persisted before
+  // any slot can reference it.
+  uint64_t new_cell(const std::byte* value, const Probe& p, int tid) {
     uint64_t cell = cells_.allocate(tid);
     if (cell == kNoCell) return kNoCell;
     std::byte* dst = cell_at(cell);
     Memory::copy(dst, value, value_width_);
-    mem_.persist(dst, value_width_);
+    if (value_checksums_) {
+      const uint64_t sum = format::value_checksum(value, value_width_, p.hash[0]);
+      Memory::copy(dst + format::cell_checksum_offset(cell_size_), &sum, 8);
+      mem_.persist(dst, cell_size_);
+    } else {
+      mem_.persist(dst, value_width_);
+    }
     GPHASH_CRASH_POINT("heap.after_cell_write");
     return cell;
   }
 
   // Out-of-place update: the new value is durable before one CAS makes it the slot's value.
-  Outcome write_value(const SlotRef& at, const std::byte* value, int tid, uint64_t& cell) {
+  Outcome write_value(const SlotRef& at, const Probe& p, const std::byte* value, int tid, uint64_t& cell) {
     uint64_t* vw = value_word(at);
     uint64_t desired;
     if (has_heap_) {
-      if (cell == kNoCell && (cell = new_cell(value, tid)) == kNoCell) return Outcome::kNeedCell;
+      if (cell == kNoCell && (cell = new_cell(value, p, tid)) == kNoCell) return Outcome::kNeedCell;
       desired = cell;
     } else {
       desired = inline_word(value);
@@ -409,12 +419,20 @@ class CpuTable {
     return Outcome::kOk;
   }
 
-  void read_value(const SlotRef& at, std::byte* out) const {
+  // Copies the value of the slot to `out`; false when it fails its checksum (then `out` holds the
+  // damaged bytes, which the caller must not report as the value).
+  bool read_value(const SlotRef& at, const Probe& p, std::byte* out) const {
     uint64_t w = Memory::load(value_word(at));
-    if (has_heap_)
-      std::memcpy(out, cell_at(w), value_width_);
-    else
+    if (!has_heap_) {
       std::memcpy(out, &w, value_width_);
+      return true;
+    }
+    const std::byte* c = cell_at(w);
+    std::memcpy(out, c, value_width_);
+    if (!value_checksums_) return true;
+    uint64_t stored;
+    std::memcpy(&stored, c + format::cell_checksum_offset(cell_size_), 8);
+    return stored == format::value_checksum(out, value_width_, p.hash[0]);
   }
 
   // Fills a claimed (INSERTING) slot and publishes it: key and value word are durable before the
@@ -507,6 +525,7 @@ class CpuTable {
   uint32_t value_width_ = 0;
   bool has_heap_ = false;
   uint32_t cell_size_ = 0;
+  bool value_checksums_ = false;
   format::HeapGeometry heap_{};
   uint64_t heap_cells_ = 0;
   std::byte* chunk_[format::kMaxHeapChunks] = {};
