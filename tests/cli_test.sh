@@ -64,5 +64,40 @@ expect 0 "repair of a consistent pool" -- "$gphash" repair $live; contains repai
 expect 0 "convert of a current pool" -- "$gphash" convert $live; contains convert "already has the current format"
 expect 2 "a bad thread count" -- "$gphash" check $live --threads 65536; contains "threads" "0..1024"
 rm -f /dev/shm/$live
+# Data tools (issue 8): put, get, del, stats, and dump -> import -> dump round trips.
+data=$pool.data
+expect 0 "create for data" -- "$gphash" create $data --key-width 16 --value-width 24
+expect 0 "put" -- "$gphash" put $data alice "likes tea"; contains put "ok"
+expect 0 "put hex" -- "$gphash" put $data --hex 626f62 0102ff; contains "put hex" "ok"
+expect 0 "get" -- "$gphash" get $data alice; contains get "likes tea"
+expect 0 "get hex" -- "$gphash" get $data 626f62 --hex; contains "get hex" "0102ff00"
+expect 1 "get absent" -- "$gphash" get $data carol; contains "get absent" "not found"
+expect 1 "key too long" -- "$gphash" put $data 0123456789abcdefX v; contains "key too long" "16 bytes"
+expect 1 "value too long" -- "$gphash" put $data k 0123456789012345678901234; contains "value too long" "24 bytes"
+expect 2 "bad hex" -- "$gphash" put $data --hex 6z v
+expect 0 "del" -- "$gphash" del $data alice; contains del "deleted"
+expect 1 "del absent" -- "$gphash" del $data alice; contains "del absent" "not found"
+expect 0 "stats" -- "$gphash" stats $data; contains stats "1 in"
+expect 0 "load more" -- "$gphash" load $data --records 3000 --no-progress
+dumps=$(mktemp -d)
+trap 'rm -f /dev/shm/$pool /dev/shm/$pool.*; rm -rf "$dumps"' EXIT
+for format in jsonl binary; do
+  expect 0 "dump $format" -- "$gphash" dump $data --format $format -o $dumps/a.$format
+  ls -l $dumps/a.$format | grep -q -- "-rw-------" || { echo "FAIL: dump is not 0600"; fail=1; }
+  expect 0 "create copy" -- "$gphash" create $data.copy --key-width 16 --value-width 24 --replace
+  expect 0 "import $format" -- "$gphash" import $data.copy $dumps/a.$format; contains "import $format" "imported 3001 items"
+  expect 0 "dump copy" -- "$gphash" dump $data.copy --format jsonl -o $dumps/b.jsonl
+  "$gphash" dump $data --format jsonl -o $dumps/a2.jsonl >/dev/null 2>&1
+  if ! diff <(sort $dumps/a2.jsonl) <(sort $dumps/b.jsonl) >/dev/null; then echo "FAIL: $format round trip differs"; fail=1; fi
+done
+head -c 200 $dumps/a.binary > $dumps/cut.binary
+expect 1 "import a cut-off dump" -- "$gphash" import $data.copy $dumps/cut.binary; contains "cut dump" "corrupt\|not a usable"
+head -n 5 $dumps/a.jsonl > $dumps/cut.jsonl
+expect 1 "import a cut-off jsonl dump" -- "$gphash" import $data.copy $dumps/cut.jsonl; contains "cut jsonl" "end line is missing"
+expect 0 "create narrow" -- "$gphash" create $data.narrow --key-width 8
+expect 1 "import into other widths" -- "$gphash" import $data.narrow $dumps/a.jsonl; contains "width import" "key width mismatch"
+expect 0 "info of the untouched copy" -- "$gphash" info $data.narrow; contains "narrow" "items          0"
+rm -f /dev/shm/$data /dev/shm/$data.copy /dev/shm/$data.narrow
+
 [[ $fail -eq 0 ]] && echo "cli_test: all passed"
 exit $fail

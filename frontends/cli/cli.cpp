@@ -416,6 +416,9 @@ Cli::Cli() : app_("gphash: a persistent GPU hash index and key-value store.\n"
 
   convert_ = app_.add_subcommand("convert", "Rewrite a pool of an older format version in the current one");
   pool_arg(convert_);
+
+  groups_.push_back(make_data_commands());
+  for (auto& g : groups_) g->add(app_, options_);
 }
 
 int Cli::parse(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
@@ -450,6 +453,8 @@ int Cli::execute() {
     if (*load_) return cmd_load(pool_, cfg_, eng_, wl_, progress, json_path_);
     if (*run_) return cmd_run(pool_, eng_, wl_, which_, progress, json_path_);
     if (*bench_) return cmd_bench(bench_pool_, cfg_, eng_, wl_, workloads_, progress, json_path_);
+    for (auto& g : groups_)
+      if (std::optional<int> status = g->run()) return *status;
   } catch (const std::invalid_argument& e) {  // a workload the generator cannot run (theta, records)
     fmt::print(stderr, "gphash: {}\n", e.what());
     return 2;

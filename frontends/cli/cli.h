@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <iostream>
+#include <memory>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -47,6 +49,16 @@ struct WorkloadFlags {
   uint64_t batch = 1 << 16;
 };
 
+// Subcommands defined in a file of their own (data tools, snapshots): `add` declares them and
+// their options through the registry; `run` runs the one that was parsed, if it is one of them.
+class CommandGroup {
+ public:
+  virtual ~CommandGroup() = default;
+  virtual void add(CLI::App& app, OptionRegistry& options) = 0;
+  virtual std::optional<int> run() = 0;  // the exit status, or nullopt if none of ours was parsed
+};
+std::unique_ptr<CommandGroup> make_data_commands();
+
 class Cli {
  public:
   Cli();
@@ -67,6 +79,7 @@ class Cli {
 
   CLI::App app_;
   OptionRegistry options_;
+  std::vector<std::unique_ptr<CommandGroup>> groups_;
   bool done_ = false;
   std::string key_width_text_ = "8";
   std::string pool_, json_path_, workloads_ = "load,a,b,c", which_, bench_pool_ = "gphash-bench";

@@ -37,7 +37,9 @@ uint64_t parse_unsigned(const std::string& name, const std::string& text, uint64
 OptionSpec& OptionRegistry::record(CLI::App* app, const std::string& name, OptionSpec::Kind kind) {
   OptionSpec s;
   s.command = app->get_name();
-  s.name = name;
+  // "-o,--output" is recorded (and tested) by its long name.
+  const auto long_name = name.find("--");
+  s.name = name.find(',') != std::string::npos && long_name != std::string::npos ? name.substr(long_name) : name;
   s.kind = kind;
   specs_.push_back(std::move(s));
   return specs_.back();

@@ -75,6 +75,29 @@ struct RepairResult {
   uint64_t items = 0;                // items after the repair
 };
 
+struct LevelStats {
+  uint32_t level = 0;
+  uint64_t slots = 0;
+  uint64_t items = 0;
+};
+
+struct TableStats {
+  std::vector<LevelStats> levels;  // active levels, bottom first
+  uint64_t heap_cells = 0;         // cells in the value heap (0: values are inline)
+  uint64_t heap_cells_used = 0;
+};
+
+// A position in an export of every item (Table::export_items). Start with a default-constructed
+// cursor and call export_items until done().
+struct ExportCursor {
+  bool done() const { return position == ~uint64_t{0}; }
+  uint64_t exported = 0;  // items returned so far
+  uint64_t damaged = 0;   // items left out because their values fail their checksums
+  // Internal: the next slot, and the table's layout when the export began.
+  uint64_t position = 0;
+  uint64_t resizes = 0, displacements = 0;
+};
+
 class Table {
  public:
   // Creates a pool at `pool` ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path).
@@ -112,6 +135,16 @@ class Table {
   uint32_t value_width() const;
   uint64_t size() const;  // items
   TableInfo info() const;
+  // Copies up to `capacity` items into `keys` (capacity * key width bytes) and `values` (capacity
+  // * value width bytes; null for keys only), in host or GPU memory (GPU memory: GPU engine only),
+  // and returns how many; fewer than `capacity` does not mean the end: call until cursor.done().
+  // Every item present for the whole export is returned exactly once. Batches may run between
+  // calls; an item they write may or may not be returned, and if one of them resizes the table or
+  // moves an item, the next call throws kInvalidArgument (start again).
+  size_t export_items(ExportCursor& cursor, void* keys, void* values, size_t capacity,
+                      MemorySpace memory = MemorySpace::kHost);
+  // Live statistics: items per level and the value heap's use (scans the table).
+  TableStats stats();
   // Verifies the invariants of the table in its pool (see `gphash check`); a GPU-memory table
   // is saved first, so what is checked is what a reopen would see.
   CheckResult check(int threads = 0) const;

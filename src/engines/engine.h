@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 #include "gphash/ops.h"
 
@@ -27,6 +29,14 @@ struct EngineStats {
   uint32_t bottom_level = 0;
 };
 
+// Where an export writes one chunk of items (Table::export_items).
+struct ExportChunk {
+  std::byte* keys;    // capacity * key width bytes
+  std::byte* values;  // capacity * value width bytes, or null (keys only)
+  size_t capacity;
+  MemorySpace memory;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -41,6 +51,13 @@ class Engine {
   virtual void save() {}
   // Clean shutdown: makes everything durable and marks the pool clean. Idempotent.
   virtual void close() = 0;
+  // Copies the items of the slots from `position` on (a slot index over the active levels, bottom
+  // level first) into `chunk` until it is full or the table ends, advancing `position` (past the
+  // last slot of the table when done). Values that fail their checksum are left out and counted
+  // in `damaged`. Runs with no writing batch in flight (the facade's lock).
+  virtual size_t export_items(uint64_t& position, const ExportChunk& chunk, uint64_t& damaged) = 0;
+  // Published slots of each active level, bottom first.
+  virtual std::vector<uint64_t> level_items() = 0;
 };
 
 }  // namespace gphash::engine

@@ -219,6 +219,10 @@ const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::kNotMappable: return "not mappable";
     case ErrorCode::kNoGpu: return "no gpu";
     case ErrorCode::kReadOnly: return "read only";
+    case ErrorCode::kCorruptFile: return "corrupt file";
+    case ErrorCode::kCuda: return "cuda error";
+    case ErrorCode::kNeedsRecovery: return "needs recovery";
+    case ErrorCode::kTableFailed: return "table failed";
   }
   return "unknown";
 }

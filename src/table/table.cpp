@@ -281,6 +281,45 @@ RepairResult Table::repair(const std::string& pool_spec, int threads) {
 
 bool Table::convert(const std::string& pool_spec) { return pool::convert_pool(pool_spec); }
 
+size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_t capacity, MemorySpace memory) {
+  if (cursor.done()) return 0;
+  if (!keys) throw Error(ErrorCode::kInvalidArgument, "export needs a keys array", "keys");
+  if (memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
+    throw Error(ErrorCode::kInvalidArgument, "exporting into GPU memory needs the GPU engine");
+  std::unique_lock lock(impl_->batches);
+  const engine::EngineStats s = impl_->engine->stats();
+  if (cursor.position == 0 && cursor.exported == 0) {
+    cursor.resizes = s.resizes;
+    cursor.displacements = s.displacements;
+  } else if (cursor.resizes != s.resizes || cursor.displacements != s.displacements) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "the table was resized or an item moved since this export began, so items may have been skipped "
+                "or repeated: start the export again");
+  }
+  const size_t n = impl_->engine->export_items(
+      cursor.position, {static_cast<std::byte*>(keys), static_cast<std::byte*>(values), capacity, memory}, cursor.damaged);
+  cursor.exported += n;
+  return n;
+}
+
+TableStats Table::stats() {
+  std::unique_lock lock(impl_->batches);
+  const format::PoolHeader& h = impl_->pool->header();
+  const engine::EngineStats s = impl_->engine->stats();
+  TableStats r;
+  const std::vector<uint64_t> items = impl_->engine->level_items();
+  const uint32_t bottom = s.slots ? s.bottom_level : h.gphash.bottom_level;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const uint32_t level = bottom + static_cast<uint32_t>(i);
+    r.levels.push_back({level, format::level_buckets(level) * h.gphash.slots, items[i]});
+  }
+  if (!format::value_is_inline(h.gphash.value_width)) {
+    r.heap_cells = format::heap_cell_capacity(h);
+    r.heap_cells_used = impl_->engine->item_count();
+  }
+  return r;
+}
+
 void Table::close() {
   std::unique_lock lock(impl_->batches);
   impl_->engine->close();

@@ -97,7 +97,7 @@ class CpuEngine final : public Engine {
     const auto t0 = std::chrono::steady_clock::now();
     const bool dirty = meta_.header().clean_shutdown == 0;
     if (dirty && pool.read_only())
-      throw Error(ErrorCode::kInvalidArgument,
+      throw Error(ErrorCode::kNeedsRecovery,
                   "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
     const bool resumed_resize = dirty && meta_.header().gphash.resize_state == format::kResizeRehashing;
     if (dirty) recover();
@@ -125,6 +125,12 @@ class CpuEngine final : public Engine {
 
   std::string name() const override { return "cpu"; }
   uint64_t item_count() const override { return items_; }
+  size_t export_items(uint64_t& position, const ExportChunk& chunk, uint64_t& damaged) override {
+    if (chunk.memory != MemorySpace::kHost)
+      throw Error(ErrorCode::kInvalidArgument, "the CPU engine exports into host memory only");
+    return table_.export_items(position, chunk.keys, chunk.values, chunk.capacity, damaged);
+  }
+  std::vector<uint64_t> level_items() override { return table_.level_items(threads_); }
   EngineStats stats() const override { return stats_; }
 
   void close() override {

@@ -239,6 +239,48 @@ class CpuTable {
     GPHASH_CRASH_POINT("recovery.after_move_record_idle");
   }
 
+  // Export (Engine::export_items): published items of the slots from `position` on, in slot order,
+  // into `keys` / `values` (host memory) until `capacity` are written.
+  size_t export_items(uint64_t& position, std::byte* keys, std::byte* values, size_t capacity, uint64_t& damaged) const {
+    size_t n = 0;
+    uint64_t first = 0;  // slot index of the first slot of `level`
+    for (uint32_t level = bottom_; level <= top_ && n < capacity; ++level) {
+      const uint64_t slots = format::level_buckets(level) * S;
+      for (uint64_t k = std::max(position, first); k < first + slots && n < capacity; ++k) {
+        const SlotRef at{bucket(level, (k - first) / S), level, (k - first) / S, static_cast<uint32_t>((k - first) % S)};
+        position = k + 1;
+        const uint64_t state = Memory::load(state_word(at));
+        if (!format::is_published(state)) continue;
+        Probe p;
+        load_probe(at, state, p);
+        if (values && !read_value(at, p, values + n * value_width_)) {
+          ++damaged;
+          continue;
+        }
+        std::memcpy(keys + n * KeyWidth, p.key, KeyWidth);
+        ++n;
+      }
+      first += slots;
+    }
+    if (n < capacity) position = ~uint64_t{0};  // the table ended
+    return n;
+  }
+
+  // Published slots of each active level, bottom first.
+  std::vector<uint64_t> level_items(int threads) {
+    std::vector<uint64_t> counts;
+    for (uint32_t level = bottom_; level <= top_; ++level) {
+      uint64_t items = 0;
+      const uint64_t n = format::level_buckets(level);
+#pragma omp parallel for num_threads(threads) schedule(static, 4096) reduction(+ : items)
+      for (uint64_t index = 0; index < n; ++index)
+        for (int s = 0; s < S; ++s)
+          items += format::is_published(Memory::load(state_word(SlotRef{bucket(level, index), level, index, static_cast<uint32_t>(s)})));
+      counts.push_back(items);
+    }
+    return counts;
+  }
+
   // Counts published slots and marks the heap cells they reference (one bit per cell). A
   // reference outside the heap, or two slots sharing a cell, is corruption. With
   // `clear_inserting` (recovery) the same pass empties slots left INSERTING.

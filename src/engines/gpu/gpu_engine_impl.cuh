@@ -61,9 +61,13 @@ class GpuEngine final : public Engine {
     }
 
     const format::PoolHeader& h = meta_.header();
+    if (format::has_value_checksums(h))
+      throw Error(ErrorCode::kUnsupportedFeature,
+                  "pool " + pool.path() + " has value checksums, which the GPU engine does not verify yet; open it "
+                  "with the CPU engine");
     const bool dirty = h.clean_shutdown == 0;
     if (dirty && pool.read_only())
-      throw Error(ErrorCode::kInvalidArgument,
+      throw Error(ErrorCode::kNeedsRecovery,
                   "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
     dt_ = T{};
     for (int j = 0; j < T::H; ++j) dt_.seed[j] = format::hash_seed_for(h.gphash.hash_seed, j);
@@ -106,6 +110,53 @@ class GpuEngine final : public Engine {
     cudaFreeHost(host_scan_);
     for (cudaEvent_t e : {start_, planned_, ran_, stop_}) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
+  }
+
+  size_t export_items(uint64_t& position, const ExportChunk& chunk, uint64_t& damaged) override {
+    std::lock_guard lock(execute_mutex_);
+    const uint64_t total = slot_capacity();
+    if (position >= total) {
+      position = ~uint64_t{0};
+      return 0;
+    }
+    const uint64_t window = std::min<uint64_t>(chunk.capacity, total - position);
+    std::byte* keys = chunk.keys;
+    std::byte* values = chunk.values;
+    if (chunk.memory == MemorySpace::kHost) {
+      keys_.reserve((window * KeyWidth + 7) / 8);
+      keys = reinterpret_cast<std::byte*>(keys_.get());
+      if (values) {
+        out_.reserve(window * dt_.value_width);
+        values = out_.get();
+      }
+    }
+    reset_scan();
+    export_kernel<<<blocks_for(window), kBlock, 0, stream_>>>(dt_, position, window, keys, values, scan_);
+    GPHASH_CUDA(cudaGetLastError());
+    read_scan();
+    const uint64_t n = host_scan_->items;
+    if (chunk.memory == MemorySpace::kHost && n) {
+      GPHASH_CUDA(cudaMemcpy(chunk.keys, keys, n * KeyWidth, cudaMemcpyDeviceToHost));
+      if (values) GPHASH_CUDA(cudaMemcpy(chunk.values, values, n * dt_.value_width, cudaMemcpyDeviceToHost));
+    }
+    position += window;
+    if (position >= total) position = ~uint64_t{0};
+    (void)damaged;  // value checksums are refused at open until the GPU engine verifies them
+    return n;
+  }
+
+  std::vector<uint64_t> level_items() override {
+    std::lock_guard lock(execute_mutex_);
+    std::vector<uint64_t> counts;
+    for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) {
+      reset_scan();
+      scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, stream_>>>(dt_, l, false, false,
+                                                                                             nullptr, scan_);
+      GPHASH_CUDA(cudaGetLastError());
+      read_scan();
+      counts.push_back(host_scan_->items);
+    }
+    return counts;
   }
 
   std::string name() const override {

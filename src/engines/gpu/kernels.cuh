@@ -220,6 +220,35 @@ __global__ void rehash_kernel(const __grid_constant__ T upper, uint32_t old_leve
   }
 }
 
+// Export: the published items of slots [first, first + count) (a slot index over the active
+// levels, bottom first) are compacted into keys / values; out->items counts them.
+template <class T>
+__global__ void export_kernel(const __grid_constant__ T t, uint64_t first, uint64_t count, std::byte* keys,
+                              std::byte* values, ScanCounters* out) {
+  const uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  uint64_t k = first + i;
+  uint32_t level = t.bottom;
+  while (k >= format::level_buckets(level) * T::S) k -= format::level_buckets(level++) * T::S;
+  std::byte* bucket = t.bucket(level, k / T::S);
+  const int s = static_cast<int>(k % T::S);
+  const uint64_t state = load_volatile(T::state_word(bucket, s));
+  if (!format::is_published(state)) return;
+  const uint64_t at = atomicAdd(&out->items, 1ull);
+  if constexpr (T::Layout::kKeyIsState) {
+    const uint64_t key = format::decode_key_word(state);
+    lane_copy(keys + at * 8, reinterpret_cast<const std::byte*>(&key), 8);
+  } else {
+    lane_copy(keys + at * T::kKeyWidth, reinterpret_cast<const std::byte*>(T::key_words(bucket, s)), T::kKeyWidth);
+  }
+  if (!values) return;
+  const uint64_t word = load_volatile(T::value_word(bucket, s));
+  if (t.has_heap)
+    lane_copy(values + at * t.value_width, t.cell(word), t.value_width);
+  else
+    write_inline_value(values + at * t.value_width, word, t.value_width);
+}
+
 // At open: every heap cell below `limit` that no slot references is free.
 __global__ inline void collect_free_cells_kernel(const uint32_t* bits, uint64_t limit, uint64_t* out,
                                                  unsigned long long* count) {
