@@ -26,6 +26,12 @@ struct Table::Impl {
   OpenOptions options;
   // Writing batches run alone; searching batches may share the table.
   mutable std::shared_mutex batches;
+  // Set when a call failed in a way that may have left the engine half done: the table refuses
+  // further work and is not marked clean, so the next open recovers the pool.
+  std::string failure;
+  void check_usable() const;
+  template <class F>
+  auto guarded(F&& f) -> decltype(f());
 };
 
 namespace {
@@ -56,7 +62,8 @@ Table::Table(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Table::Table(Table&&) noexcept = default;
 Table& Table::operator=(Table&&) noexcept = default;
 Table::~Table() {
-  if (impl_ && impl_->engine) {
+  if (impl_ && impl_->engine && !impl_->failure.empty()) impl_->engine->abandon();
+  if (impl_ && impl_->engine && impl_->failure.empty()) {
     try {
       impl_->engine->close();
     } catch (...) {
@@ -85,43 +92,132 @@ Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
   return Table(std::move(impl));
 }
 
-void Table::execute(const Batch& b) {
-  const format::PoolHeader& h = impl_->pool->header();
-  if (b.size == 0) return;
+namespace {
+
+// Checks a batch before it reaches an engine; returns whether it may write. The arrays of a batch
+// in GPU memory are never read here (the engine reports unknown ops per entry, kInvalidOp).
+bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options) {
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
   if (b.key_width != h.gphash.key_width)
     throw Error(ErrorCode::kKeyWidthMismatch,
                 fmt::format("key width mismatch: pool has {}, batch gives {}", h.gphash.key_width, b.key_width), "key_width");
+  if (b.memory == MemorySpace::kDevice && options.engine != EngineKind::kGpu)
+    throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
   bool writes = false, values_needed = false;
-  for (size_t i = 0; i < b.size; ++i) {
-    const Op op = b.ops ? b.ops[i] : b.op;
-    if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
-    writes |= op != Op::kSearch;
-    values_needed |= needs_value(op);
-    if (!b.ops) break;  // one op for all entries
+  if (b.ops && b.memory == MemorySpace::kDevice) {
+    writes = true;  // unknown on the host; entries that need a value read `values`
+    values_needed = true;
+  } else {
+    for (size_t i = 0; i < b.size; ++i) {
+      const Op op = b.ops ? b.ops[i] : b.op;
+      if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
+      writes |= op != Op::kSearch;
+      values_needed |= needs_value(op);
+      if (!b.ops) break;  // one op for all entries
+    }
   }
   if (values_needed && !b.values)
-    throw Error(ErrorCode::kInvalidArgument, "malformed batch: insert, upsert and update need values");
+    throw Error(ErrorCode::kInvalidArgument,
+                b.ops && b.memory == MemorySpace::kDevice
+                    ? "malformed batch: a mixed batch in GPU memory needs a values array (its ops are not read on the host)"
+                    : "malformed batch: insert, upsert and update need values");
   if ((values_needed || b.values_out) && b.value_width != h.gphash.value_width)
     throw Error(ErrorCode::kValueWidthMismatch,
                 fmt::format("value width mismatch: pool has {}, batch gives {}", h.gphash.value_width, b.value_width),
                 "value_width");
-  if (writes && impl_->pool->read_only())
-    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", impl_->pool->path()));
-  if (b.memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
-    throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
+  if (writes && pool.read_only() && !(b.ops && b.memory == MemorySpace::kDevice))
+    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", pool.path()));
   if (reinterpret_cast<uintptr_t>(b.keys) % 8 != 0)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: keys must be 8-byte aligned", "keys");
+  return writes;
+}
+
+}  // namespace
+
+void Table::Impl::check_usable() const {
+  if (!failure.empty())
+    throw Error(ErrorCode::kTableFailed,
+                "an earlier call failed (" + failure +
+                    "): this table cannot be used any more; reopen the pool, whose recovery restores a consistent "
+                    "state with every acknowledged write");
+}
+
+template <class F>
+auto Table::Impl::guarded(F&& f) -> decltype(f()) {
+  check_usable();
+  try {
+    return f();
+  } catch (const Error& e) {
+    // Failures the engine may have left half done poison the table (its pool stays dirty, so the
+    // next open recovers it); errors about the call itself do not.
+    switch (e.code()) {
+      case ErrorCode::kIo:
+      case ErrorCode::kCuda:
+      case ErrorCode::kCorruptTable:
+      case ErrorCode::kNotMappable:
+      case ErrorCode::kTableFailed:
+        failure = e.what();
+        break;
+      default:
+        break;
+    }
+    throw;
+  }
+}
+
+void Table::execute(const Batch& b) {
+  if (b.size == 0) return;
+  const bool writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
   if (writes) {
     std::unique_lock lock(impl_->batches);
-    impl_->engine->execute(b);
+    impl_->guarded([&] { impl_->engine->execute(b); });
   } else {
     std::shared_lock lock(impl_->batches);
-    impl_->engine->execute(b);
+    impl_->guarded([&] { impl_->engine->execute(b); });
   }
+}
+
+BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
+  if (b.size == 0) return {};
+  if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
+    throw Error(ErrorCode::kInvalidArgument,
+                "execute_async needs the batch's arrays in GPU memory (MemorySpace::kDevice); use execute for host arrays");
+  const bool writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  std::shared_ptr<engine::Completion> done;
+  if (writes) {
+    std::unique_lock lock(impl_->batches);
+    done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
+  } else {
+    std::shared_lock lock(impl_->batches);
+    done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
+  }
+  return BatchEvent(std::move(done));
+}
+
+DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessionOptions& options) {
+  std::unique_lock lock(impl_->batches);
+  engine::DeviceSession s = impl_->guarded([&] { return impl_->engine->begin_device_session(options.max_new_items, stream); });
+  DeviceSession r;
+  r.shape = s.shape;
+  r.key_width = s.key_width;
+  r.bytes = std::move(s.ref);
+  return r;
+}
+
+BatchEvent Table::end_device_session(CUstream_st* stream) {
+  std::unique_lock lock(impl_->batches);
+  return BatchEvent(impl_->guarded([&] { return impl_->engine->end_device_session(stream); }));
+}
+
+void BatchEvent::wait() const {
+  if (completion_) completion_->wait();
+}
+bool BatchEvent::ready() const { return !completion_ || completion_->ready(); }
+CUevent_st* BatchEvent::cuda_event() const {
+  return completion_ ? static_cast<CUevent_st*>(completion_->cuda_event()) : nullptr;
 }
 
 uint32_t Table::key_width() const { return impl_->pool->header().gphash.key_width; }
@@ -195,7 +291,7 @@ TableInfo Table::info() const {
 
 void Table::save() {
   std::unique_lock lock(impl_->batches);
-  impl_->engine->save();
+  impl_->guarded([&] { impl_->engine->save(); });
 }
 
 namespace {
@@ -322,18 +418,7 @@ TableStats Table::stats() {
 
 void Table::close() {
   std::unique_lock lock(impl_->batches);
-  impl_->engine->close();
-}
-
-std::string to_string(TableShape s) { return fmt::format("{}L-{}H-{}S", s.levels, s.hashes, s.slots); }
-
-TableShape parse_shape(const std::string& text) {
-  unsigned l = 0, h = 0, s = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "%uL-%uH-%uS%c", &l, &h, &s, &tail) != 3 || l > 255 || h > 255 || s > 255)
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("cannot read shape '{}': write it like 2L-2H-8S (levels, hashes, slots)", text), "shape");
-  return {static_cast<uint8_t>(l), static_cast<uint8_t>(h), static_cast<uint8_t>(s)};
+  impl_->guarded([&] { impl_->engine->close(); });
 }
 
 const char* to_string(Op op) noexcept {
@@ -356,6 +441,7 @@ const char* to_string(OpStatus s) noexcept {
     case OpStatus::kTableFull: return "table full";
     case OpStatus::kReservedKey: return "reserved key";
     case OpStatus::kCorruptValue: return "corrupt value";
+    case OpStatus::kInvalidOp: return "invalid op";
   }
   return "?";
 }
