@@ -75,6 +75,14 @@ std::optional<uint64_t> parse_unsigned(std::string_view s, uint64_t hi = UINT64_
   return v;
 }
 
+// An expiry time: memcached reads it as a long and keeps the low 32 bits (so 4000000000 is a
+// negative time, already expired).
+std::optional<int64_t> parse_exptime(std::string_view s) {
+  auto v = parse_signed(s, INT64_MIN, INT64_MAX);
+  if (!v) return std::nullopt;
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(*v)));
+}
+
 bool base64_decode(std::string_view in, std::string& out) {
   auto value = [](char c) -> int {
     if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -224,12 +232,13 @@ ParseResult Parser::parse_get(std::string_view line, Verb verb) {
   const Tokens t = tokenize(owned, SIZE_MAX >> 1);  // no limit on keys
   const bool touch = verb == Verb::kGat || verb == Verb::kGats;
   const size_t first_key = touch ? 2 : 1;
-  if (t.n <= first_key) return reply("ERROR\r\n");
+  if (t.n < 2) return reply("ERROR\r\n");
   int64_t exptime = 0;
   if (touch) {
-    auto e = parse_signed(t.tok[1], INT32_MIN, INT32_MAX);
+    auto e = parse_exptime(t.tok[1]);
     if (!e) return reply("CLIENT_ERROR invalid exptime argument\r\n");
     exptime = *e;
+    if (t.n == 2) return reply("END\r\n");  // memcached: a gat with no key finds nothing
   }
   req_.verb = verb;
   req_.cmds.reserve(t.n - first_key);
@@ -266,7 +275,7 @@ ParseResult Parser::parse_update(const Tokens& t, Verb verb) {
   };
   if (t.tok[1].size() > kMaxKeyLength) return refuse(kBadFormat);
   const auto flags = parse_unsigned(t.tok[2], UINT32_MAX);
-  const auto exptime = parse_signed(t.tok[3], INT32_MIN, INT32_MAX);
+  const auto exptime = parse_exptime(t.tok[3]);
   if (!flags || !exptime) return refuse(kBadFormat);
   std::optional<uint64_t> cas_value;
   if (cas && !(cas_value = parse_unsigned(t.tok[5]))) return refuse(kBadFormat);
@@ -347,7 +356,7 @@ ParseResult Parser::parse_touch(const Tokens& t) {
   if (t.n != 3 && t.n != 4) return reply("ERROR\r\n");
   req_.noreply = noreply_token(t);
   if (t.tok[1].size() > kMaxKeyLength) return reply(kBadFormat);
-  const auto exptime = parse_signed(t.tok[2], INT32_MIN, INT32_MAX);
+  const auto exptime = parse_exptime(t.tok[2]);
   if (!exptime) return reply("CLIENT_ERROR invalid exptime argument\r\n");
   const std::string_view owned = own(in_.substr(0, line_len_));
   KvCommand c;
@@ -365,7 +374,7 @@ ParseResult Parser::parse_flush_all(const Tokens& t) {
   int64_t delay = 0;
   const size_t args = t.n - (req_.noreply ? 1 : 0);
   if (args == 2) {
-    auto d = parse_signed(t.tok[1], INT32_MIN, INT32_MAX);
+    auto d = parse_exptime(t.tok[1]);
     if (!d) return reply("CLIENT_ERROR invalid exptime argument\r\n");
     delay = *d;
   } else if (args > 2) {
@@ -382,9 +391,9 @@ ParseResult Parser::parse_flush_all(const Tokens& t) {
 
 // Meta commands: <cm> <key> [datalen] <flags>*. Flags are single letters, some with a token.
 ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
-  if (t.n < 2) return reply(kBadFormat);
+  if (t.n < 2) return reply("ERROR\r\n");
   const std::string_view key_token = t.tok[1];
-  if (key_token.size() > kMaxKeyLength) return reply(kBadFormat);
+  if (key_token.size() > kMaxKeyLength && verb != Verb::kMetaSet) return reply(kBadFormat);
   size_t first_flag = 2;
   int64_t datalen = -1;
   if (verb == Verb::kMetaSet) {
@@ -416,6 +425,10 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
     return done(block - std::min<uint64_t>(available, block));
   };
 
+  if (key_token.size() > kMaxKeyLength) return fail(kBadFormat);
+  // memcached's ma and md report every bad token as one error; mg and ms tell them apart.
+  const bool terse = verb == Verb::kMetaArith || verb == Verb::kMetaDelete;
+  const char* bad_token = terse ? "CLIENT_ERROR invalid or duplicate flag\r\n" : "CLIENT_ERROR bad token in command line format\r\n";
   KvCommand c;
   bool seen[128] = {};
   bool quiet = false, base64 = false;
@@ -423,8 +436,9 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
   for (size_t i = first_flag; i < t.n; ++i) {
     const std::string_view f = t.tok[i];
     const unsigned char letter = static_cast<unsigned char>(f[0]);
-    if (letter >= 128 || !std::strchr(allowed, letter) || letter == 0) return fail("CLIENT_ERROR invalid flag\r\n");
-    if (seen[letter]) return fail("CLIENT_ERROR duplicate flag\r\n");
+    if (letter >= 128 || !std::strchr(allowed, letter) || letter == 0)
+      return fail(terse ? "CLIENT_ERROR invalid or duplicate flag\r\n" : "CLIENT_ERROR invalid flag\r\n");
+    if (seen[letter]) return fail(terse ? "CLIENT_ERROR invalid or duplicate flag\r\n" : "CLIENT_ERROR duplicate flag\r\n");
     seen[letter] = true;
     const std::string_view token = f.substr(1);
     auto number = [&](int64_t lo, int64_t hi) { return parse_signed(token, lo, hi); };
@@ -439,22 +453,21 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
         break;
       case 'T': {
         auto e = number(INT32_MIN, INT32_MAX);
-        if (!e) return fail("CLIENT_ERROR bad token in command line format\r\n");
+        if (!e) return fail(bad_token);
         c.exptime = *e;
         c.set_exptime = true;
         break;
       }
       case 'N': {
         auto e = number(INT32_MIN, INT32_MAX);
-        if (!e) return fail("CLIENT_ERROR bad token in command line format\r\n");
+        if (!e) return fail(bad_token);
         c.vivify = true;
         c.vivify_exptime = *e;
         break;
       }
       case 'C': case 'E': case 'D': case 'J': {
         auto v = parse_unsigned(token);
-        if (!v) return fail(letter == 'D' ? "CLIENT_ERROR invalid numeric delta argument\r\n"
-                                          : "CLIENT_ERROR bad token in command line format\r\n");
+        if (!v) return fail(letter == 'E' ? "CLIENT_ERROR invalid flag\r\n" : bad_token);
         if (letter == 'C') {
           c.compare_cas = *v;
           c.has_compare_cas = true;
@@ -469,7 +482,7 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
       }
       case 'F': {
         auto v = parse_unsigned(token, UINT32_MAX);
-        if (!v) return fail("CLIENT_ERROR bad token in command line format\r\n");
+        if (!v) return fail(kBadFormat);
         c.client_flags = static_cast<uint32_t>(*v);
         break;
       }

@@ -63,6 +63,7 @@ void append_meta_flags(std::string& out, const Request& req, const KvCommand& c)
     }
   }
   if (c.vivified && req.verb == Verb::kMetaGet) out += " W";
+  if (c.token_sent && req.verb == Verb::kMetaGet) out += " Z";
   out += "\r\n";
 }
 
@@ -107,10 +108,7 @@ void append_meta(std::string& out, Request& req, const kv::KvStore& store) {
           if (req.noreply) return;
           out += "HD";
           break;
-        case KvStatus::kNotFound:
-          if (req.noreply) return;
-          out += "NF";
-          break;
+        case KvStatus::kNotFound: out += "NF"; break;  // q hides only HD (memcached)
         default: out += "EX"; break;
       }
       append_meta_flags(out, req, c);
@@ -118,6 +116,7 @@ void append_meta(std::string& out, Request& req, const kv::KvStore& store) {
     case Verb::kMetaArith:
       switch (c.status) {
         case KvStatus::kOk: {
+          if (req.noreply) return;  // q hides the value too (memcached)
           if (req.meta_value) {
             const std::string number = std::to_string(c.number);
             fmt::format_to(std::back_inserter(out), "VA {}", number.size());
@@ -125,16 +124,12 @@ void append_meta(std::string& out, Request& req, const kv::KvStore& store) {
             out += number;
             out += "\r\n";
           } else {
-            if (req.noreply) return;
             out += "HD";
             append_meta_flags(out, req, c);
           }
           return;
         }
-        case KvStatus::kNotFound:
-          if (req.noreply) return;
-          out += "NF";
-          break;
+        case KvStatus::kNotFound: out += "NF"; break;
         case KvStatus::kExists: out += "EX"; break;
         case KvStatus::kNonNumeric: out += "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"; return;
         default: out += kOutOfMemory; return;

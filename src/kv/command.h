@@ -63,6 +63,7 @@ struct KvCommand {
   int64_t ttl = -1;       // seconds left; -1: never expires
   uint64_t number = 0;    // kArith: the new value
   bool vivified = false;  // mg/ma N: this command created the item (meta W)
+  bool token_sent = false;  // mg: another client already won the right to recompute (meta Z)
   bool hit_before = false;       // mg h
   uint32_t last_access_ago = 0;  // mg l
 };

@@ -40,7 +40,8 @@ struct ItemHeader {
   uint8_t class_id;
   uint8_t state;            // volatile: ItemState
   uint8_t fetched;          // volatile: hit since stored (meta flag h, stats)
-  uint32_t reserved;
+  uint8_t token_sent;       // volatile: a vivifying mg (N) handed out the win token (meta Z)
+  uint8_t reserved[3];
   // key bytes, then value bytes follow
 };
 static_assert(sizeof(ItemHeader) == 64);

@@ -509,6 +509,7 @@ void KvStore::fill_item(Location loc, std::string_view key, std::string_view a, 
   h->last_access = now_;
   h->key_len = static_cast<uint8_t>(key.size());
   h->fetched = 0;
+  h->token_sent = 0;
   h->lru_prev = h->lru_next = 0;
   char* p = reinterpret_cast<char*>(h + 1);
   std::memcpy(p, key.data(), key.size());
@@ -566,7 +567,10 @@ void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
     if (c.vivify) {
       // mg N: create an empty item so that one client (this one) recomputes the value.
       const KvStatus st = store_item(c, slot, {}, {}, {}, 0, absolute_exptime(c.vivify_exptime));
-      if (st == KvStatus::kOk) c.vivified = true;
+      if (st == KvStatus::kOk) {
+        c.vivified = true;
+        items_.item(round_->head[slot])->token_sent = 1;  // a new key is linked at its chain's head
+      }
     }
     return;
   }
@@ -583,6 +587,7 @@ void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
   c.value_len = h->value_len;
   c.ttl = ttl_of(h);
   c.hit_before = h->fetched != 0;
+  c.token_sent = h->token_sent != 0;
   c.last_access_ago = now_ >= h->last_access ? now_ - h->last_access : 0;
   if (c.bump) {
     h->fetched = 1;
