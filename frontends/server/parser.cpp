@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 namespace gphash::server {
 
@@ -23,7 +24,8 @@ struct Tokens {
   bool overflow = false;  // more than kMaxTokens tokens
 };
 
-Tokens tokenize(std::string_view line, size_t max = kMaxTokens) {
+Tokens tokenize(std::string_view line) {
+  constexpr size_t max = kMaxTokens;
   Tokens t;
   size_t i = 0;
   while (i < line.size()) {
@@ -229,27 +231,36 @@ ParseResult Parser::run() {
 
 ParseResult Parser::parse_get(std::string_view line, Verb verb) {
   const std::string_view owned = own(line);
-  const Tokens t = tokenize(owned, SIZE_MAX >> 1);  // no limit on keys
+  // Any number of keys: split without the token limit of other commands.
+  std::vector<std::string_view> tok;
+  for (size_t i = 0; i < owned.size();) {
+    while (i < owned.size() && owned[i] == ' ') ++i;
+    if (i == owned.size()) break;
+    size_t j = i;
+    while (j < owned.size() && owned[j] != ' ') ++j;
+    tok.push_back(owned.substr(i, j - i));
+    i = j;
+  }
   const bool touch = verb == Verb::kGat || verb == Verb::kGats;
   const size_t first_key = touch ? 2 : 1;
-  if (t.n < 2) return reply("ERROR\r\n");
+  if (tok.size() < 2) return reply("ERROR\r\n");
   int64_t exptime = 0;
   if (touch) {
-    auto e = parse_exptime(t.tok[1]);
+    auto e = parse_exptime(tok[1]);
     if (!e) return reply("CLIENT_ERROR invalid exptime argument\r\n");
     exptime = *e;
-    if (t.n == 2) return reply("END\r\n");  // memcached: a gat with no key finds nothing
+    if (tok.size() == 2) return reply("END\r\n");  // memcached: a gat with no key finds nothing
   }
   req_.verb = verb;
-  req_.cmds.reserve(t.n - first_key);
-  for (size_t i = first_key; i < t.n; ++i) {
-    if (t.tok[i].size() > kMaxKeyLength) {
+  req_.cmds.reserve(tok.size() - first_key);
+  for (size_t i = first_key; i < tok.size(); ++i) {
+    if (tok[i].size() > kMaxKeyLength) {
       req_.cmds.clear();
       return reply(kBadFormat);
     }
     KvCommand c;
     c.op = KvOp::kGet;
-    c.key = t.tok[i];
+    c.key = tok[i];
     c.set_exptime = touch;
     c.exptime = exptime;
     req_.cmds.push_back(c);
