@@ -43,6 +43,8 @@ struct Request {
   std::string_view stats_args;   // kStats
   std::atomic<bool> done{false};  // the results are in: the reply can be built
   bool needs_store() const { return !cmds.empty(); }
+  // Memory the request holds while queued (counted against the connection's buffer limit).
+  size_t footprint() const { return sizeof(Request) + bytes.capacity() + cmds.capacity() * sizeof(kv::KvCommand) + meta.capacity() * sizeof(MetaFlag); }
 };
 
 }  // namespace gphash::server

@@ -140,6 +140,7 @@ class Worker {
   int epoll_fd_ = -1;
   int event_fd_ = -1;
   ParserLimits limits_;
+  std::vector<char> scratch_;  // recv buffer
   std::vector<Submission> submissions_;
   std::vector<std::unique_ptr<Connection>> conns_;  // owned; index = slot
   std::mutex completed_mu_;
