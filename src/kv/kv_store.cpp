@@ -513,7 +513,7 @@ void KvStore::fill_item(Location loc, std::string_view key, std::string_view a, 
   h->lru_prev = h->lru_next = 0;
   char* p = reinterpret_cast<char*>(h + 1);
   std::memcpy(p, key.data(), key.size());
-  std::memcpy(p + key.size(), a.data(), a.size());
+  if (!a.empty()) std::memcpy(p + key.size(), a.data(), a.size());
   if (!b.empty()) std::memcpy(p + key.size() + a.size(), b.data(), b.size());
   h->cas = cas;
 }
