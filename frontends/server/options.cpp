@@ -58,7 +58,7 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--engine", engine, "index engine: cpu (default) or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--index-threads", o.index_threads, "CPU engine threads for index batches (default 1)")->check(CLI::Range(1, 256));
   app.add_option("--batch-size", o.batch_size, "start a round at this many pending commands (default 256)")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--batch-period-us", period_us, "... or when the oldest has waited this long (default 50)")->check(CLI::Range(0, 1000000));
+  app.add_option("--batch-period-us", period_us, "... or when the oldest has waited this long (default 0: at once, batching what arrives during a round)")->check(CLI::Range(0, 1000000));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
   app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");

@@ -27,7 +27,7 @@ struct Options {
   EngineKind engine = EngineKind::kCpu; // --engine
   int index_threads = 1;                // --index-threads
   size_t batch_size = 256;              // --batch-size: a round starts at this many commands...
-  std::chrono::microseconds batch_period{50};  // --batch-period-us: ...or when the oldest waited this long
+  std::chrono::microseconds batch_period{0};   // --batch-period-us: ...or when the oldest waited this long
   size_t conn_buffer_limit = 4 << 20;   // --conn-buffer-limit: per connection, queued input and unsent output
   double growth_factor = 1.25;          // -f
   bool force_flush = false;             // --force-flush

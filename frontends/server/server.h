@@ -7,9 +7,8 @@
 // A worker owns its connections: it reads and parses their requests, hands the ones that need
 // the store to the scheduler, and when their round is done builds the replies in request order
 // and writes them. The scheduler runs one round at a time on the KvStore. Why the workers also
-// send: a reply is built on the thread that owns the socket, so no socket changes hands and no
-// per-reply handoff is needed; the scheduler's round only fills in results (docs/PROTOCOL.md,
-// "Design", has the measurement).
+// send: a reply is built on the thread that owns the socket, so no socket changes hands; the
+// round only fills in results (docs/PROTOCOL.md, "Design", has the measurement).
 #pragma once
 
 #include <atomic>
@@ -21,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "kv/kv_store.h"
@@ -66,11 +66,19 @@ struct Submission {
   Worker* worker;
 };
 
+// Mega-KV's scheduler: forms rounds from the requests the receivers queued and runs them on the
+// KvStore, one at a time. A round starts when --batch-size commands wait or the oldest has waited
+// --batch-period-us. Who runs it: the receiver whose submission makes it due when no round is
+// running (no thread handoff on the common path: the dominant cost on a small machine, see
+// docs/PROTOCOL.md), otherwise the scheduler thread when the period expires. Requests that arrive
+// during a round form the next one, so under load the rounds grow, as Mega-KV's batches do.
 class Scheduler {
  public:
   Scheduler(kv::KvStore& store, const Options& options);
   ~Scheduler();
-  void submit(std::vector<Submission>& batch);  // takes the batch's elements
+  // Queues a receiver's requests (takes the batch's elements). If that makes a round due, the
+  // caller runs it; its own connections whose requests completed are appended to `own_done`.
+  void submit(std::vector<Submission>& batch, std::vector<Connection*>& own_done);
   void stop();  // finishes every submitted request, then ends the thread
 
   struct Stats {
@@ -82,16 +90,25 @@ class Scheduler {
 
  private:
   void run();
+  bool due(std::chrono::steady_clock::time_point now) const;
+  void drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done);
+  void execute_round(Worker* self, std::vector<Connection*>& own_done);
 
   kv::KvStore& store_;
   const size_t threshold_;
   const std::chrono::microseconds period_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Submission> queue_;
   size_t queued_commands_ = 0;
   std::chrono::steady_clock::time_point first_arrival_;
+  bool running_ = false;  // a round is being run (by a receiver or the scheduler thread)
   bool stopping_ = false;
+  // The round being run; only the thread that set running_ touches these.
+  std::vector<Submission> round_;
+  std::vector<kv::KvCommand*> cmds_;
+  std::unordered_map<Worker*, std::vector<Connection*>> done_;
+  mutable std::mutex slab_mu_;
   std::vector<kv::SlabClassStats> slabs_;
   Stats stats_;
   std::thread thread_;
@@ -130,6 +147,7 @@ class Worker {
   void flush(Connection* c);
   bool flush_once(Connection* c);
   void discard(Connection* c);
+  void handle_completions(std::vector<Connection*>& conns);
   void update_interest(Connection* c);
   bool may_read(const Connection* c) const;
   void close_connection(Connection* c);

@@ -94,21 +94,13 @@ void Worker::run() {
       std::lock_guard lock(completed_mu_);
       completed_local_.swap(completed_);
     }
-    for (Connection* c : completed_local_) {
-      --c->in_flight;
-      if (c->dead) {
-        // The client went away: drop the answered requests, free it when nothing is in flight.
-        while (!c->queue.empty() && c->queue.front()->done.load(std::memory_order_acquire)) {
-          release_items(*c->queue.front(), *ctx_.store);
-          c->queue.pop_front();
-        }
-        if (c->in_flight == 0) discard(c);
-      } else {
-        flush(c);
-      }
+    handle_completions(completed_local_);
+    // Requests parsed in this pass go to the scheduler; if that runs their round here, the
+    // answered connections of this worker come back at once (and answering them may parse more).
+    while (!submissions_.empty()) {
+      ctx_.scheduler->submit(submissions_, completed_local_);
+      handle_completions(completed_local_);
     }
-    completed_local_.clear();
-    ctx_.scheduler->submit(submissions_);
     std::erase_if(conns_, [](const std::unique_ptr<Connection>& c) { return c->discarded; });
 
     if (ctx_.stopping) {
@@ -138,6 +130,24 @@ void Worker::run() {
       }
     }
   }
+}
+
+// One entry per request whose round is done.
+void Worker::handle_completions(std::vector<Connection*>& conns) {
+  for (Connection* c : conns) {
+    --c->in_flight;
+    if (c->dead) {
+      // The client went away: drop the answered requests, free it when nothing is in flight.
+      while (!c->queue.empty() && c->queue.front()->done.load(std::memory_order_acquire)) {
+        release_items(*c->queue.front(), *ctx_.store);
+        c->queue.pop_front();
+      }
+      if (c->in_flight == 0) discard(c);
+    } else {
+      flush(c);
+    }
+  }
+  conns.clear();
 }
 
 void Worker::accept_connections() {

@@ -48,7 +48,9 @@ def normalise(reply):
 
 
 def run_case(case):
-    with h.memcached(*case["args"]) as mc, h.gphash_server("-t", "2", *case["args"]) as gp:
+    # Every other case runs with a batch period, so rounds are also formed by the scheduler thread.
+    timing = ["--batch-period-us", "200", "--batch-size", "64"] if case["index"] % 2 else []
+    with h.memcached(*case["args"]) as mc, h.gphash_server("-t", "2", *timing, *case["args"]) as gp:
         theirs = h.exchange(mc.port, case["data"], case["sentinel"])
         ours = h.exchange(gp.port, case["data"], case["sentinel"])
     return normalise(theirs), normalise(ours)
@@ -56,6 +58,8 @@ def run_case(case):
 
 def main():
     cases = load_cases(CORPUS)
+    for i, case in enumerate(cases):
+        case["index"] = i
     only = sys.argv[1:]
     if only:
         cases = [c for c in cases if c["name"] in only]

@@ -73,7 +73,8 @@ def main():
     try:
         for cycle in range(CYCLES):
             port = h.free_port()
-            srv = h.Server([h.GPHASH_SERVER, "-p", str(port), "--mode", "store", "--pool", pool, "-m", "256", "-t", "2"], port)
+            timing = ["--batch-period-us", "100"] if cycle % 2 else []  # rounds by receivers, then by the scheduler thread
+            srv = h.Server([h.GPHASH_SERVER, "-p", str(port), "--mode", "store", "--pool", pool, "-m", "256", "-t", "2", *timing], port)
             w = Writer(port, seq, rnd)
             t = threading.Thread(target=w.run)
             t.start()
