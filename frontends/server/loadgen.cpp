@@ -11,6 +11,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -99,6 +100,50 @@ size_t parse_reply(std::string_view in, bool is_get, uint64_t& hits, uint64_t& e
   }
 }
 
+// GPU power from NVML, loaded at run time (no link-time dependency): Mega-KV reports operations
+// per watt. Samples every 50 ms while the load runs; absent library or GPU: no figure.
+class PowerSampler {
+ public:
+  bool start() {
+    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    if (!lib_) return false;
+    using Init = int (*)();
+    using Handle = int (*)(unsigned, void**);
+    auto init = reinterpret_cast<Init>(dlsym(lib_, "nvmlInit_v2"));
+    auto handle = reinterpret_cast<Handle>(dlsym(lib_, "nvmlDeviceGetHandleByIndex_v2"));
+    power_ = reinterpret_cast<Power>(dlsym(lib_, "nvmlDeviceGetPowerUsage"));
+    shutdown_ = reinterpret_cast<Init>(dlsym(lib_, "nvmlShutdown"));
+    if (!init || !handle || !power_ || init() != 0 || handle(0, &device_) != 0) return false;
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        unsigned mw = 0;
+        if (power_(device_, &mw) == 0) {
+          sum_mw_ += mw;
+          ++samples_;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    return true;
+  }
+  double stop() {  // mean watts, 0 without samples
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (shutdown_) shutdown_();
+    return samples_ ? static_cast<double>(sum_mw_) / static_cast<double>(samples_) / 1000.0 : 0.0;
+  }
+
+ private:
+  using Power = int (*)(void*, unsigned*);
+  void* lib_ = nullptr;
+  void* device_ = nullptr;
+  Power power_ = nullptr;
+  int (*shutdown_)() = nullptr;
+  std::atomic<bool> stop_{false};
+  uint64_t sum_mw_ = 0, samples_ = 0;
+  std::thread thread_;
+};
+
 struct ThreadResult {
   std::vector<uint32_t> latency_ns;
   uint64_t requests = 0, ops = 0, gets = 0, hits = 0, errors = 0;
@@ -157,7 +202,7 @@ void run_thread(const Config& c, int id, int conns, Clock::time_point start, Clo
     while (static_cast<int>(k.sent.size()) < c.depth) {
       const bool get = rng.next_double() < c.get_ratio;
       if (get) {
-        k.out += c.multiget > 1 ? "get" : "get";
+        k.out += "get";
         for (int j = 0; j < c.multiget; ++j) k.out += " " + make_key(pick(), c.key_size);
         k.out += "\r\n";
       } else {
@@ -226,6 +271,8 @@ int main(int argc, char** argv) {
   app.add_option("--zipf", c.zipf)->check(CLI::Range(0.01, 5.0));
   app.add_option("--seed", c.seed);
   app.add_flag("!--no-preload", c.preload);
+  bool nvml_wanted = false;
+  app.add_flag("--nvml", nvml_wanted, "sample GPU 0's power through NVML and report operations per watt");
   CLI11_PARSE(app, argc, argv);
   if (c.connections < c.threads) c.threads = c.connections;
 
@@ -237,6 +284,8 @@ int main(int argc, char** argv) {
   std::vector<ThreadResult> results(static_cast<size_t>(c.threads));
   const auto start = Clock::now() + std::chrono::milliseconds(200);
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(c.seconds));
+  PowerSampler power;
+  const bool nvml = nvml_wanted && power.start();
   std::vector<std::thread> ts;
   for (int i = 0; i < c.threads; ++i) {
     const int conns = c.connections / c.threads + (i < c.connections % c.threads ? 1 : 0);
@@ -244,6 +293,7 @@ int main(int argc, char** argv) {
   }
   for (auto& t : ts) t.join();
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  const double watts = nvml ? power.stop() : 0.0;
   ThreadResult all;
   for (auto& r : results) {
     all.requests += r.requests;
@@ -265,6 +315,10 @@ int main(int argc, char** argv) {
                       {"errors", all.errors}, {"connections", c.connections}, {"depth", c.depth}, {"threads", c.threads},
                       {"keys", c.keys}, {"key_size", c.key_size}, {"value_size", c.value_size}, {"get_ratio", c.get_ratio},
                       {"multiget", c.multiget}, {"distribution", c.distribution}};
+  if (watts > 0) {
+    j["gpu_watts"] = watts;
+    j["ops_per_gpu_watt"] = static_cast<double>(all.ops) / secs / watts;
+  }
   std::cout << j.dump() << std::endl;
   return all.errors ? 1 : 0;
 }
