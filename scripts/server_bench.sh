@@ -15,7 +15,9 @@
 # both servers, default 2), LOADGEN_THREADS (default 2), CONNECTIONS (default 32), DEPTH (default
 # 1), RUN_SECONDS (per run, default 3), KEYS (default 100000), MEMORY_MB (default 1024), OUT (JSON,
 # default results/server_bench.json), QUICK=1 (4 configurations instead of 16), EXTRA_ARGS
-# (more gphash-server options, e.g. "--batch-period-us 50").
+# (more gphash-server options, e.g. "--batch-period-us 50"), REPEAT (runs of each pair, default 1:
+# the table shows medians; memcached and gphash-server alternate, so drifting background load
+# hits both alike).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${GPHASH_BUILD_DIR:-$root/build}
@@ -89,6 +91,7 @@ echo "server_bench.sh: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cu
 printf '%-34s %-10s %12s %9s %9s\n' "configuration" "server" "ops/s" "p50 us" "p99 us"
 for cfg in "${configs[@]}"; do
   read -r value gets dist mget <<<"$cfg"
+  for rep in $(seq "${REPEAT:-1}"); do
   for which in memcached gphash; do
     port=$(free_port)
     if [[ $which == memcached ]]; then
@@ -105,9 +108,10 @@ for cfg in "${configs[@]}"; do
     extra='{}'
     [[ $which == gphash ]] && extra=$(stats_of "$port")
     kill "$pid"; wait "$pid" 2>/dev/null || true
-    echo "{\"server\":\"$which\",\"engine\":\"$engine\",\"server_threads\":$threads,\"load\":$run,\"stats\":$extra}" >>"$results"
+    echo "{\"config\":\"v$value get$gets $dist mget$mget\",\"server\":\"$which\",\"engine\":\"$engine\",\"server_threads\":$threads,\"load\":$run,\"stats\":$extra}" >>"$results"
     /usr/bin/env python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print("%-34s %-10s %12.0f %9.1f %9.1f" % (sys.argv[2], sys.argv[3], j["ops_per_s"], j["p50_us"], j["p99_us"]) + ("  %.0f ops/W" % j["ops_per_gpu_watt"] if "ops_per_gpu_watt" in j else ""))' \
       "$run" "v$value get$gets $dist mget$mget" "$which"
+  done
   done
 done
 
@@ -127,13 +131,28 @@ summary = {k: v / ops * 1e9 for k, v in breakdown.items()} if ops else {}
 json.dump({"runs": rows, "gphash_ns_per_op": summary}, open(sys.argv[2], "w"), indent=1)
 if summary:
     print("gphash-server, ns per key operation (threads summed): " + ", ".join(f"{k} {v:.0f}" for k, v in summary.items()))
-ratios = []
-for i in range(0, len(rows) - 1, 2):
-    m, g = rows[i], rows[i + 1]
-    ratios.append(g["load"]["ops_per_s"] / m["load"]["ops_per_s"])
+# Medians per configuration and server.
+from statistics import median
+table = {}
+for r in rows:
+    table.setdefault(r["config"], {}).setdefault(r["server"], []).append(r["load"])
+medians = {}
+print(f"\nmedians of {max(len(v) for t in table.values() for v in t.values())} run(s):")
+print("%-34s %12s %9s %9s   %12s %9s %9s   %6s" % ("configuration", "memcached", "p50", "p99", "gphash", "p50", "p99", "ratio"))
+for cfg, t in table.items():
+    m = {s: {k: median(x[k] for x in runs) for k in ("ops_per_s", "p50_us", "p99_us")} for s, runs in t.items()}
+    medians[cfg] = m
+    if "memcached" in m and "gphash" in m:
+        a, b = m["memcached"], m["gphash"]
+        print("%-34s %12.0f %9.1f %9.1f   %12.0f %9.1f %9.1f   %6.2f" % (cfg, a["ops_per_s"], a["p50_us"], a["p99_us"],
+              b["ops_per_s"], b["p50_us"], b["p99_us"], b["ops_per_s"] / a["ops_per_s"]))
+ratios = [m["gphash"]["ops_per_s"] / m["memcached"]["ops_per_s"] for m in medians.values() if "gphash" in m and "memcached" in m]
 if ratios:
-    print(f"gphash/memcached throughput: min {min(ratios):.2f}, max {max(ratios):.2f}; p99 <= 1 ms in "
-          f"{sum(1 for r in rows if r['server'] == 'gphash' and r['load']['p99_us'] <= 1000)}/{len(ratios)} gphash runs")
+    print(f"gphash/memcached throughput (medians): min {min(ratios):.2f}, max {max(ratios):.2f}; gphash p99 <= 1 ms in "
+          f"{sum(1 for m in medians.values() if m.get('gphash', {}).get('p99_us', 1e9) <= 1000)}/{len(ratios)} configurations")
+out = json.load(open(sys.argv[2]))
+out["medians"] = medians
+json.dump(out, open(sys.argv[2], "w"), indent=1)
 print(f"wrote {sys.argv[2]}")
 PY
 rm -f "$results"
