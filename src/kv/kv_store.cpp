@@ -254,6 +254,14 @@ uint32_t KvStore::slot_now(const Signature& sig) {
   return slot;
 }
 
+// The item before `loc` in its signature's chain (0: loc is the head). Evictions during an
+// allocation can unlink items of the same chain, so callers holding a Found re-ask after one.
+Location KvStore::predecessor(uint32_t slot, Location loc) const {
+  Location pred = 0;
+  for (Location at = round_->head[slot]; at && at != loc; at = items_.item(at)->chain_next) pred = at;
+  return pred;
+}
+
 KvStore::Found KvStore::find(uint32_t slot, std::string_view key) {
   Location pred = 0;
   for (Location loc = round_->head[slot]; loc != 0; pred = loc, loc = items_.item(loc)->chain_next) {
@@ -529,11 +537,7 @@ KvStatus KvStore::store_item(KvCommand& c, uint32_t slot, Found old, std::string
     counters_.out_of_memory++;
     return KvStatus::kOutOfMemory;
   }
-  // An eviction may have moved a chain predecessor of `old`; find it again.
-  if (old.loc) {
-    old.pred = 0;
-    for (Location at = round_->head[slot]; at && at != old.loc; at = items_.item(at)->chain_next) old.pred = at;
-  }
+  if (old.loc) old.pred = predecessor(slot, old.loc);  // an eviction may have changed the chain
   const uint64_t cas = c.explicit_cas ? c.explicit_cas : next_cas_++;
   if (c.explicit_cas >= next_cas_) next_cas_ = c.explicit_cas + 1;
   fill_item(loc, c.key, a, b, flags, exptime, cas);
@@ -624,7 +628,7 @@ void KvStore::resolve_store(KvCommand& c, uint32_t slot) {
       if (st == KvStatus::kOutOfMemory && h && config_.mode == Mode::kCache && !c.has_compare_cas) {
         // As memcached: a failed set must not leave the old value to be served. (Store mode keeps
         // it: the client was told the write failed, and a store loses nothing it acknowledged.)
-        unlink(slot, f);
+        unlink(slot, {f.loc, predecessor(slot, f.loc)});
       }
       break;
     case StoreMode::kAdd:

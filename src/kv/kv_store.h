@@ -101,6 +101,7 @@ class KvStore {
   uint32_t slot_of(const Signature& sig);       // the round's slot for a signature (searched)
   uint32_t slot_now(const Signature& sig);      // same, searching at once if it is new
   Found find(uint32_t slot, std::string_view key);
+  Location predecessor(uint32_t slot, Location loc) const;
   bool alive(const ItemHeader* h) const;
   void unlink(uint32_t slot, Found f);
   void link_new(uint32_t slot, Location item, Found replaced);
