@@ -7,7 +7,7 @@
 # resolve, reply, write: from its stats). With an NVIDIA GPU, NVML's power reading gives
 # operations per watt.
 #
-#   scripts/server_bench.sh                       # builds build/ first unless the binaries are given
+#   scripts/server_bench.sh                       # builds build/ first if the binaries are not there
 #   ENGINE=gpu SERVER_THREADS=8 LOADGEN_THREADS=8 CONNECTIONS=128 RUN_SECONDS=10 scripts/server_bench.sh
 #
 # Environment (all optional): GPHASH_SERVER, LOADGEN, MEMCACHED (paths: the GPU machine is
@@ -21,11 +21,20 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${GPHASH_BUILD_DIR:-$root/build}
-if [[ -z ${GPHASH_SERVER:-} || -z ${LOADGEN:-} ]]; then
-  "$root/scripts/build.sh" >/dev/null
-fi
 server=${GPHASH_SERVER:-$build/gphash-server}
 loadgen=${LOADGEN:-$build/gphash-server-loadgen}
+if [[ ! -x $server || ! -x $loadgen ]]; then
+  GPHASH_BUILD_DIR=$build "$root/scripts/build.sh" >/dev/null
+fi
+# An offline GPU machine: memcached (with libevent, libsasl2) from Debian packages brought in
+# .deps/ (../shared/offline-deps/fetch-deps.sh memcached libevent-2.1-7 libsasl2-2 libsasl2-modules-db).
+if [[ -z ${MEMCACHED:-} ]] && ! command -v memcached >/dev/null && ls "$root"/.deps/memcached_*.deb >/dev/null 2>&1; then
+  deps=/tmp/gphash-deps
+  mkdir -p "$deps"
+  for f in "$root"/.deps/*.deb; do dpkg -x "$f" "$deps"; done
+  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  MEMCACHED=$deps/usr/bin/memcached
+fi
 memcached=${MEMCACHED:-memcached}
 engine=${ENGINE:-cpu}
 threads=${SERVER_THREADS:-2}

@@ -443,7 +443,6 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
   KvCommand c;
   bool seen[128] = {};
   bool quiet = false, base64 = false;
-  std::string_view opaque;
   for (size_t i = first_flag; i < t.n; ++i) {
     const std::string_view f = t.tok[i];
     const unsigned char letter = static_cast<unsigned char>(f[0]);
@@ -460,7 +459,6 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
       case 'u': c.bump = false; break;
       case 'O':
         if (token.size() > kMaxOpaque) return fail("CLIENT_ERROR opaque token too long\r\n");
-        opaque = token;
         break;
       case 'T': {
         auto e = number(INT32_MIN, INT32_MAX);
@@ -530,11 +528,7 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
       req_.meta.clear();
       return fail("SERVER_ERROR object too large for cache\r\n");
     }
-    if (in_.size() < line_len_ + block) {
-      req_.meta.clear();
-      req_.meta_value = false;
-      return {};
-    }
+    if (in_.size() < line_len_ + block) return {};  // the caller parses again into a fresh Request
     consumed_ = line_len_ + block;
     if (in_[line_len_ + block - 2] != '\r' || in_[line_len_ + block - 1] != '\n') {
       req_.meta.clear();
@@ -554,9 +548,7 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
     }
     key = req_.decoded_key;
   }
-  req_.meta_base64 = base64;
   req_.noreply = quiet;
-  (void)opaque;
   c.key = key;
   switch (verb) {
     case Verb::kMetaGet:

@@ -39,7 +39,6 @@ struct Request {
   std::vector<kv::KvCommand> cmds;  // one per key (none for kReply, kStats, kQuit, kMetaNoop)
   std::vector<MetaFlag> meta;    // meta commands: the flags to echo
   bool meta_value = false;       // mg/ma v: return the value
-  bool meta_base64 = false;      // b: the key travels base64-encoded
   std::string_view stats_args;   // kStats
   std::atomic<bool> done{false};  // the results are in: the reply can be built
   bool needs_store() const { return !cmds.empty(); }
