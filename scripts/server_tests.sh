@@ -42,5 +42,5 @@ PY
 fi
 
 "$root/scripts/build.sh"
-ctest --test-dir "$build" -R 'server_parser_test|kv_store_test|^Parser\.|^KvStore\.' --output-on-failure -j "$(nproc)"
+ctest --test-dir "$build" -R '^ServerParser\.|^KvStore\.' --output-on-failure -j "$(nproc)"
 ctest --test-dir "$build" -L server --output-on-failure --timeout 600

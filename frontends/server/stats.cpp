@@ -132,7 +132,7 @@ void slabs(std::string& out, const ServerContext& ctx, bool items) {
       fmt::format_to(std::back_inserter(out), "STAT items:{}:number {}\r\n", id, c.used_chunks);
       continue;
     }
-    const uint64_t per_page = c.chunk_size ? ctx.store->limit_bytes() / std::max<uint64_t>(1, ctx.store->limit_bytes() / (1 << 20)) / c.chunk_size : 0;
+    const uint64_t per_page = c.chunk_size ? ctx.store->page_size() / c.chunk_size : 0;
     fmt::format_to(std::back_inserter(out), "STAT {}:chunk_size {}\r\n", id, c.chunk_size);
     fmt::format_to(std::back_inserter(out), "STAT {}:chunks_per_page {}\r\n", id, per_page);
     fmt::format_to(std::back_inserter(out), "STAT {}:total_pages {}\r\n", id, c.pages);
@@ -142,7 +142,7 @@ void slabs(std::string& out, const ServerContext& ctx, bool items) {
   }
   if (!items) {
     stat(out, "active_slabs", std::count_if(classes.begin(), classes.end(), [](auto& c) { return c.pages > 0; }));
-    stat(out, "total_malloced", pages * (ctx.store->limit_bytes() / std::max<uint64_t>(1, ctx.store->limit_bytes() / (1 << 20))));
+    stat(out, "total_malloced", pages * ctx.store->page_size());
   }
 }
 

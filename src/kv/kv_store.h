@@ -84,6 +84,7 @@ class KvStore {
   std::vector<SlabClassStats> slab_stats() const;  // scheduler thread, or while idle
   uint64_t limit_bytes() const { return items_.memory_bytes(); }
   uint32_t item_size_max() const { return items_.item_size_max(); }
+  uint32_t page_size() const { return items_.page_size(); }
   const KvConfig& config() const { return config_; }
   std::string index_engine() const;
 

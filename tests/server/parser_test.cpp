@@ -57,7 +57,7 @@ std::string describe(const Request& r) {
 
 }  // namespace
 
-TEST(Parser, StorageCommand) {
+TEST(ServerParser, StorageCommand) {
   auto p = parse_all("set key 5 100 3 noreply\r\nabc\r\n");
   ASSERT_EQ(p.requests.size(), 1u);
   const Request& r = *p.requests[0];
@@ -74,7 +74,7 @@ TEST(Parser, StorageCommand) {
   EXPECT_LT(r.cmds[0].value.data(), r.bytes.data() + r.bytes.size());
 }
 
-TEST(Parser, MultiGetHasNoKeyLimit) {
+TEST(ServerParser, MultiGetHasNoKeyLimit) {
   std::string line = "get";
   for (int i = 0; i < 500; ++i) line += " k" + std::to_string(i);
   auto p = parse_all(line + "\r\n");
@@ -83,7 +83,7 @@ TEST(Parser, MultiGetHasNoKeyLimit) {
   EXPECT_EQ(p.requests[0]->cmds[499].key, "k499");
 }
 
-TEST(Parser, ByteAtATimeEqualsWhole) {
+TEST(ServerParser, ByteAtATimeEqualsWhole) {
   const std::string input =
       "set a 1 2 3\r\nxyz\r\nget a b c\r\ngets a\r\nincr n 5\r\ndecr n 1 noreply\r\ndelete a\r\ntouch a 10\r\n"
       "gat 5 a b\r\ncas a 0 0 1 99\r\nq\r\nappend a 0 0 2\r\nzz\r\nms k 2 T5 F3 c\r\nhi\r\nmg k v c f t k O77\r\n"
@@ -104,7 +104,7 @@ TEST(Parser, ByteAtATimeEqualsWhole) {
   for (size_t i = 0; i < incremental.size(); ++i) EXPECT_EQ(incremental[i], describe(*whole.requests[i])) << i;
 }
 
-TEST(Parser, RefusedStoreSkipsItsDataBlock) {
+TEST(ServerParser, RefusedStoreSkipsItsDataBlock) {
   // Key too long, bad flags: the data block is consumed too, so "get a" is the next request.
   const std::string key(251, 'k');
   auto p = parse_all("set " + key + " 0 0 5\r\nhello\r\nset a xx 0 5\r\nworld\r\nget a\r\n");
@@ -114,7 +114,7 @@ TEST(Parser, RefusedStoreSkipsItsDataBlock) {
   EXPECT_EQ(p.requests[2]->verb, Verb::kGet);
 }
 
-TEST(Parser, TooLargeIsSwallowedAsItArrives) {
+TEST(ServerParser, TooLargeIsSwallowedAsItArrives) {
   ParserLimits limits;
   limits.item_size_max = 1024;
   auto req = std::make_unique<Request>();
@@ -126,20 +126,20 @@ TEST(Parser, TooLargeIsSwallowedAsItArrives) {
   EXPECT_EQ(r.swallow, 5002u - 100u);
 }
 
-TEST(Parser, BadDataChunk) {
+TEST(ServerParser, BadDataChunk) {
   auto p = parse_all("set a 0 0 3\r\nabcd\r\n");
   ASSERT_GE(p.requests.size(), 1u);
   EXPECT_EQ(p.requests[0]->reply, "CLIENT_ERROR bad data chunk\r\n");
 }
 
-TEST(Parser, UnknownLengthIsNotSkipped) {
+TEST(ServerParser, UnknownLengthIsNotSkipped) {
   // The length itself is malformed: like memcached, the next line is read as a command.
   auto p = parse_all("set a 0 0 -1\r\nget a\r\n");
   ASSERT_EQ(p.requests.size(), 2u);
   EXPECT_EQ(p.requests[1]->verb, Verb::kGet);
 }
 
-TEST(Parser, ClosesOnBinaryAndOverlongLines) {
+TEST(ServerParser, ClosesOnBinaryAndOverlongLines) {
   EXPECT_TRUE(parse_all(std::string("\x80\x01\x00\x00", 4)).closed);
   EXPECT_TRUE(parse_all(std::string(3000, 'x')).closed);
   EXPECT_FALSE(parse_all("get " + std::string(3000, 'a')).closed);  // a multi-get may be long
@@ -148,7 +148,7 @@ TEST(Parser, ClosesOnBinaryAndOverlongLines) {
   EXPECT_TRUE(parse_all("get " + std::string(5000, 'a'), small).closed);
 }
 
-TEST(Parser, MetaFlags) {
+TEST(ServerParser, MetaFlags) {
   auto p = parse_all("mg foo v c f k O123 q T30\r\n");
   ASSERT_EQ(p.requests.size(), 1u);
   const Request& r = *p.requests[0];
@@ -168,7 +168,7 @@ TEST(Parser, MetaFlags) {
   EXPECT_EQ(b64.requests[0]->cmds[0].key, "foo");
 }
 
-TEST(Parser, MetaSetModes) {
+TEST(ServerParser, MetaSetModes) {
   auto p = parse_all("ms a 1 MA\r\nx\r\nms a 1 ME C5\r\ny\r\n");
   ASSERT_EQ(p.requests.size(), 2u);
   EXPECT_EQ(p.requests[0]->cmds[0].mode, StoreMode::kAppend);
