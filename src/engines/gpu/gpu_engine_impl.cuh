@@ -116,6 +116,7 @@ class GpuEngine final : public Engine {
     dt_.writes.countdown = countdown_.get();
 #endif
     ctx_.counters = counters_.get();
+    *gate_.get() = 0;  // pinned memory starts undefined: no gate is open yet
     attach_pool();
     stats_.open_map_seconds = seconds_since(t0);
 
@@ -381,6 +382,7 @@ class GpuEngine final : public Engine {
   struct Job {
     BatchView bv{};
     bool session = false;
+    bool abandoned = false;  // failed while it was enqueued: only its gate is opened
     unsigned long long sequence = 0;
     std::shared_ptr<GpuCompletion> done;
   };
@@ -471,12 +473,21 @@ class GpuEngine final : public Engine {
   std::shared_ptr<Completion> launch_job(Job& job, cudaStream_t stream, AfterGate&& after_gate) {
     GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
     GPHASH_CUDA(cudaEventRecord(counted_, stream));
+    job.done = std::make_shared<GpuCompletion>();
     job.sequence = ++sequence_;
     gate_kernel<<<1, 1, 0, stream>>>(gate_.device(), job.sequence);
     GPHASH_CUDA(cudaGetLastError());
-    after_gate();
-    job.done = std::make_shared<GpuCompletion>();
-    GPHASH_CUDA(cudaEventRecord(job.done->event(), stream));
+    // From here on the gate is in the stream: whatever happens, the completion thread must get the
+    // job and open it, or the caller's stream would wait forever.
+    std::exception_ptr error;
+    try {
+      after_gate();
+      GPHASH_CUDA(cudaEventRecord(job.done->event(), stream));
+    } catch (...) {
+      error = std::current_exception();
+      job.done->fail(error);
+      job.abandoned = true;
+    }
     last_done_ = job.done;
     {
       std::lock_guard lock(jobs_mutex_);
@@ -484,6 +495,7 @@ class GpuEngine final : public Engine {
       busy_ = true;
     }
     jobs_cv_.notify_all();
+    if (error) std::rethrow_exception(error);
     return job.done;
   }
 
@@ -499,6 +511,7 @@ class GpuEngine final : public Engine {
       }
       std::exception_ptr error;
       try {
+        if (job.abandoned) throw Error(ErrorCode::kTableFailed, "a batch failed while it was enqueued");
         finish_job(job);
       } catch (...) {
         error = std::current_exception();
