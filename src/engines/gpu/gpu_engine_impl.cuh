@@ -3,12 +3,20 @@
 // (displacement, resize, heap growth) and recovery. Instantiated per shape in
 // gpu_engine_<shape>.cu, so the instantiations compile in parallel.
 //
-// Streams. A batch is enqueued on the caller's stream: plan, the parallel pass, a read-back of its
-// counters, and a gate: a one-thread kernel that holds the stream until the engine's completion
-// thread has looked at the counters and, if the batch needs the exclusive slow path, run it (on
-// the engine's own stream). The caller's thread never waits for the device; work the caller
-// enqueues after the batch runs after all of it, slow path included. One batch is in flight per
-// table: the next call waits (on the host) until the previous batch is settled.
+// Two ways to run a batch:
+//   execute        host-driven: plan and the parallel pass on the engine's batch stream, then the
+//                  host reads the batch's counters and runs the exclusive slow path (displacement,
+//                  resize, heap growth) as needed, then copies the results out;
+//   execute_async  on the caller's stream, with no host in the middle: the host first grows the
+//                  heap and the table as far as the batch could need (a resize here waits for the
+//                  device), then enqueues plan, the parallel pass and a one-warp displacement pass
+//                  for the runs that found no free slot; an insert that still finds none fails
+//                  with kTableFull (possible only near the maximum load factor). The engine's
+//                  completion thread settles the batch (item count, freed cells) once it is done.
+// One batch is in flight per table: a call waits (on the host) until the previous one is settled.
+// (An earlier design held the caller's stream with a gate kernel while the host ran the slow
+// path; allocations and registrations the slow path makes synchronize the device, so that
+// deadlocked.)
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
@@ -46,11 +54,6 @@ inline unsigned blocks_for(uint64_t n) { return static_cast<unsigned>((n + kBloc
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Holds a stream until the host has opened gate `sequence` (a store to pinned, mapped memory).
-__global__ inline void gate_kernel(const volatile unsigned long long* opened, unsigned long long sequence) {
-  while (*opened < sequence) __nanosleep(2000);
 }
 
 // The completion of one batch or device session.
@@ -116,7 +119,6 @@ class GpuEngine final : public Engine {
     dt_.writes.countdown = countdown_.get();
 #endif
     ctx_.counters = counters_.get();
-    *gate_.get() = 0;  // pinned memory starts undefined: no gate is open yet
     attach_pool();
     stats_.open_map_seconds = seconds_since(t0);
 
@@ -125,11 +127,13 @@ class GpuEngine final : public Engine {
       recover();
       stats_.recovery_seconds = seconds_since(r0);
     }
-    if (!pool.read_only()) meta_.mark_open_dirty();
+    // GPU memory is taken before the pool is marked open: a GPU that has too little of it refuses
+    // the open (kNoSpace) and leaves a clean pool clean.
     if (gpu_memory_) move_table_to_gpu();
     const auto c0 = std::chrono::steady_clock::now();
     rebuild_mirror_and_counts(/*count=*/true);
     if (dirty) stats_.recovery_seconds += seconds_since(c0);  // the recount and heap rebuild belong to recovery
+    if (!pool.read_only()) meta_.mark_open_dirty();
     stats_.recovered = dirty;
     stats_.open_seconds = seconds_since(t0);
     worker_ = std::thread([this] { complete_jobs(); });
@@ -165,17 +169,22 @@ class GpuEngine final : public Engine {
   }
 
   void execute(const Batch& batch) override {
-    std::shared_ptr<Completion> done;
-    {
-      std::lock_guard lock(mutex_);
-      done = enqueue(batch, batch_stream_);
-    }
-    done->wait();
+    std::lock_guard lock(mutex_);
+    wait_settled();
+    if (session_open_)
+      throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
+    for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
+      execute_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset));
   }
 
   std::shared_ptr<Completion> execute_async(const Batch& batch, void* stream) override {
     std::lock_guard lock(mutex_);
-    return enqueue(batch, static_cast<cudaStream_t>(stream));
+    if (session_open_)
+      throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
+    std::shared_ptr<Completion> done;
+    for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
+      done = enqueue_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset), static_cast<cudaStream_t>(stream));
+    return done;
   }
 
   DeviceSession begin_device_session(uint64_t max_new_items, void* stream) override {
@@ -187,8 +196,7 @@ class GpuEngine final : public Engine {
     if (options_.gpu_kernels != GpuKernels::kWarp)
       throw Error(ErrorCode::kInvalidArgument, "device sessions need the warp kernels with the tag mirror (GpuKernels::kWarp)");
     // Cells for the session's new values, up front: a session cannot grow the heap.
-    while (dt_.has_heap && free_count_ + (dt_.heap.capacity - std::min(fresh_next_, dt_.heap.capacity)) < max_new_items)
-      grow_heap();
+    reserve_cells(max_new_items);
     const uint64_t families = format::level_buckets(dt_.bottom);
     key_locks_.reserve((families + 31) / 32);
     GPHASH_CUDA(cudaMemsetAsync(key_locks_.get(), 0, (families + 31) / 32 * 4, slow_stream_));
@@ -207,9 +215,7 @@ class GpuEngine final : public Engine {
     std::lock_guard lock(mutex_);
     if (!session_open_) throw Error(ErrorCode::kInvalidArgument, "no device session is open on this table");
     session_open_ = false;
-    Job job;
-    job.session = true;
-    return launch_job(job, static_cast<cudaStream_t>(stream), [] {});
+    return hand_over(static_cast<cudaStream_t>(stream));
   }
 
   void save() override {
@@ -378,44 +384,20 @@ class GpuEngine final : public Engine {
 
   // ---- batches ------------------------------------------------------------------------------
 
-  // One batch (or device session) in flight: what the completion thread needs to finish it.
-  struct Job {
-    BatchView bv{};
-    bool session = false;
-    bool abandoned = false;  // failed while it was enqueued: only its gate is opened
-    unsigned long long sequence = 0;
-    std::shared_ptr<GpuCompletion> done;
-  };
-
   template <class U>
   static const U* offset_ptr(const void* base, size_t bytes) {
     return reinterpret_cast<const U*>(static_cast<const std::byte*>(base) + bytes);
   }
 
-  std::shared_ptr<Completion> enqueue(const Batch& b, cudaStream_t stream) {
-    if (session_open_)
-      throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
-    std::shared_ptr<Completion> done;
-    for (size_t offset = 0; offset < b.size; offset += kMaxChunk) done = enqueue_chunk(b, offset, std::min(kMaxChunk, b.size - offset), stream);
-    return done;
-  }
-
-  // Stages (host arrays), plans and launches one chunk of a batch on `stream`, then hands it to
-  // the completion thread.
-  std::shared_ptr<Completion> enqueue_chunk(const Batch& b, size_t offset, size_t n, cudaStream_t stream) {
-    wait_settled();
+  // A chunk's view: the caller's arrays (GPU memory) or staged copies of them (host memory,
+  // copied on `stream`).
+  BatchView stage(const Batch& b, size_t offset, size_t n, bool search_only, cudaStream_t stream) {
     const uint32_t vw = dt_.value_width;
-    const bool on_device = b.memory == MemorySpace::kDevice;
-    // Host batches: a search-only batch skips the staging of values. Device batches: the host
-    // never reads their arrays; their ops are checked on the device (kInvalidOp).
-    bool search_only = !b.ops && b.op == Op::kSearch;
-    if (b.ops && !on_device)
-      search_only = std::all_of(b.ops + offset, b.ops + offset + n, [](Op op) { return op == Op::kSearch; });
     BatchView bv{};
     bv.n = n;
     bv.uniform_op = static_cast<uint8_t>(b.op);
     bv.value_width = vw;
-    if (on_device) {
+    if (b.memory == MemorySpace::kDevice) {  // never read by the host; ops checked on the device
       bv.keys = offset_ptr<uint64_t>(b.keys, offset * KeyWidth);
       bv.ops = b.ops ? reinterpret_cast<const uint8_t*>(b.ops + offset) : nullptr;
       bv.values = b.values ? offset_ptr<std::byte>(b.values, offset * vw) : nullptr;
@@ -447,7 +429,17 @@ class GpuEngine final : public Engine {
     pending_[0].reserve(n);
     pending_[1].reserve(n);
     bv.pending = pending_[0].get();
-    prepare_batch(n, stream);
+    return bv;
+  }
+
+  static bool is_search_only(const Batch& b, size_t offset, size_t n) {
+    if (!b.ops) return b.op == Op::kSearch;
+    if (b.memory == MemorySpace::kDevice) return false;  // unknown: the host does not read them
+    return std::all_of(b.ops + offset, b.ops + offset + n, [](Op op) { return op == Op::kSearch; });
+  }
+
+  // Plan and the parallel pass, on `stream`, with the start / planned / ran events around them.
+  void launch_parallel_pass(BatchView& bv, bool search_only, cudaStream_t stream) {
     GPHASH_CUDA(cudaEventRecord(start_, stream));
     // Writing batches are always planned (per-key order). Searching batches too when the table is
     // host-mapped: there combining a Zipf-hot key's reads into one PCIe access is worth the sort;
@@ -456,68 +448,112 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaEventRecord(planned_, stream));
     launch_batch(bv, stream);
     GPHASH_CUDA(cudaEventRecord(ran_, stream));
-    Job job;
-    job.bv = bv;
-    return launch_job(job, stream, [&] {
-      if (on_device) return;
-      GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream));
-      if (b.values_out)
-        GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * vw, bv.values_out, n * vw,
-                                    cudaMemcpyDeviceToHost, stream));
-    });
   }
 
-  // The end of every job on the caller's stream: the counters' read-back, the gate, what must run
-  // after the gate (copy-out), and the completion event. Then the completion thread takes over.
-  template <class AfterGate>
-  std::shared_ptr<Completion> launch_job(Job& job, cudaStream_t stream, AfterGate&& after_gate) {
-    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
-    GPHASH_CUDA(cudaEventRecord(counted_, stream));
-    job.done = std::make_shared<GpuCompletion>();
-    job.sequence = ++sequence_;
-    gate_kernel<<<1, 1, 0, stream>>>(gate_.device(), job.sequence);
-    GPHASH_CUDA(cudaGetLastError());
-    // From here on the gate is in the stream: whatever happens, the completion thread must get the
-    // job and open it, or the caller's stream would wait forever.
-    std::exception_ptr error;
-    try {
-      after_gate();
-      GPHASH_CUDA(cudaEventRecord(job.done->event(), stream));
-    } catch (...) {
-      error = std::current_exception();
-      job.done->fail(error);
-      job.abandoned = true;
+  double elapsed(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    GPHASH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    return ms / 1e3;
+  }
+
+  // execute: the host drives the slow path between the parallel pass and the copy-out.
+  void execute_chunk(const Batch& b, size_t offset, size_t n) {
+    const cudaStream_t stream = batch_stream_;
+    const bool search_only = is_search_only(b, offset, n);
+    BatchView bv = stage(b, offset, n, search_only, stream);
+    prepare_batch(n, stream);
+    launch_parallel_pass(bv, search_only, stream);
+    read_counters(stream);
+    const auto slow0 = std::chrono::steady_clock::now();
+    if (host_counters_.get()->pending) slow_path(bv, stream);
+    if (b.memory != MemorySpace::kDevice) {
+      GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream));
+      if (b.values_out)
+        GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, bv.values_out,
+                                    n * dt_.value_width, cudaMemcpyDeviceToHost, stream));
     }
-    last_done_ = job.done;
+    read_counters(stream);  // also waits for the outputs: the batch is acknowledged after this
+    stats_.last_plan_seconds = elapsed(start_, planned_);
+    stats_.last_kernel_seconds = elapsed(planned_, ran_);
+    stats_.last_slow_seconds = seconds_since(slow0);
+    stats_.last_batch_device_seconds = stats_.last_plan_seconds + stats_.last_kernel_seconds + stats_.last_slow_seconds;
+    items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_.get()->item_delta);
+    if (dt_.has_heap) {
+      settle_heap(stream);
+      GPHASH_CUDA(cudaStreamSynchronize(stream));
+    }
+  }
+
+  // execute_async: everything in stream order on the caller's stream; the host only grows the
+  // table beforehand and settles afterwards.
+  std::shared_ptr<Completion> enqueue_chunk(const Batch& b, size_t offset, size_t n, cudaStream_t stream) {
+    wait_settled();
+    const bool search_only = is_search_only(b, offset, n);
+    if (!search_only && !pool_.read_only()) {
+      reserve_cells(n);
+      // A batch of n operations adds at most n items: grow now so that its inserts find room
+      // (displacement in the stream handles the few that find their candidates full).
+      while (options_.auto_resize && static_cast<double>(items_ + n) > options_.max_load_factor * static_cast<double>(slot_capacity())) {
+        bool exhausted = false;
+        try_grow(&GpuEngine::resize, &exhausted);
+        if (exhausted) break;
+      }
+    }
+    BatchView bv = stage(b, offset, n, search_only, stream);
+    prepare_batch(n, stream);
+    launch_parallel_pass(bv, search_only, stream);
+    SlowPathFlags flags;
+    flags.allow_displacement = options_.max_load_factor > 0;
+    flags.table_exhausted = true;  // no host in the stream: what displacement cannot place fails
+    flags.heap_exhausted = true;
+    if (options_.gpu_kernels == GpuKernels::kWarp)
+      slow_path_kernel<Access::kMirror><<<1, 32, 0, stream>>>(dt_, ctx_, bv, bv.pending, 0, kPendingCount, flags);
+    else
+      slow_path_kernel<Access::kDirect><<<1, 32, 0, stream>>>(dt_, ctx_, bv, bv.pending, 0, kPendingCount, flags);
+    GPHASH_CUDA(cudaGetLastError());
+    return hand_over(stream);
+  }
+
+  // The end of an asynchronous batch or a device session on the caller's stream: the counters'
+  // read-back and the completion event; the completion thread settles the rest.
+  std::shared_ptr<Completion> hand_over(cudaStream_t stream) {
+    auto done = std::make_shared<GpuCompletion>();
+    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
+    GPHASH_CUDA(cudaEventRecord(done->event(), stream));
+    last_done_ = done;
     {
       std::lock_guard lock(jobs_mutex_);
-      job_ = job;
+      job_ = done;
       busy_ = true;
     }
     jobs_cv_.notify_all();
-    if (error) std::rethrow_exception(error);
-    return job.done;
+    return done;
   }
 
-  // The completion thread: finishes each job once its parallel pass is done, then opens its gate.
+  // The completion thread: once a batch is done, adds its item delta and returns its freed cells
+  // to the free stack. (It makes no allocation: those happen before a batch is enqueued.)
   void complete_jobs() {
     for (;;) {
-      Job job;
+      std::shared_ptr<GpuCompletion> job;
       {
         std::unique_lock lock(jobs_mutex_);
-        jobs_cv_.wait(lock, [&] { return stopping_ || job_.has_value(); });
+        jobs_cv_.wait(lock, [&] { return stopping_ || job_ != nullptr; });
         if (!job_) return;
-        job = *job_;
+        job = job_;
       }
       std::exception_ptr error;
       try {
-        if (job.abandoned) throw Error(ErrorCode::kTableFailed, "a batch failed while it was enqueued");
-        finish_job(job);
+        GPHASH_CUDA(cudaEventSynchronize(job->event()));
+        stats_.displacements += host_counters_.get()->moves;
+        items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_.get()->item_delta);
+        if (dt_.has_heap) {
+          settle_heap(slow_stream_);
+          GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
+        }
       } catch (...) {
         error = std::current_exception();
-        job.done->fail(error);
+        job->fail(error);
       }
-      __atomic_store_n(gate_.get(), job.sequence, __ATOMIC_RELEASE);  // the caller's stream goes on
       {
         std::lock_guard lock(jobs_mutex_);
         job_.reset();
@@ -528,28 +564,8 @@ class GpuEngine final : public Engine {
     }
   }
 
-  void finish_job(Job& job) {
-    GPHASH_CUDA(cudaEventSynchronize(counted_));
-    const auto slow0 = std::chrono::steady_clock::now();
-    if (!job.session) {
-      auto seconds = [](cudaEvent_t a, cudaEvent_t b) {
-        float ms = 0;
-        GPHASH_CUDA(cudaEventElapsedTime(&ms, a, b));
-        return ms / 1e3;
-      };
-      stats_.last_plan_seconds = seconds(start_, planned_);
-      stats_.last_kernel_seconds = seconds(planned_, ran_);
-      if (host_counters_.get()->pending) slow_path(job.bv);
-    }
-    items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_.get()->item_delta);
-    if (dt_.has_heap) settle_heap();
-    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
-    stats_.last_slow_seconds = job.session ? 0 : seconds_since(slow0);
-    stats_.last_batch_device_seconds = stats_.last_plan_seconds + stats_.last_kernel_seconds + stats_.last_slow_seconds;
-  }
-
-  // Waits (on the host) until no job is in flight. Rethrows a job's failure: the table is then
-  // unusable (its pool stays dirty; the next open recovers it).
+  // Waits (on the host) until no asynchronous batch is in flight. Rethrows a failure: the table is
+  // then unusable (its pool stays dirty; the next open recovers it).
   void wait_settled(bool rethrow = true) const {
     std::unique_lock lock(jobs_mutex_);
     jobs_cv_.wait(lock, [&] { return !busy_; });
@@ -574,6 +590,15 @@ class GpuEngine final : public Engine {
     if (worker_.joinable()) worker_.join();
   }
 
+  // Free cells (stack and never-used) for `n` new values: grows the heap first if there are fewer.
+  void reserve_cells(uint64_t n) {
+    while (dt_.has_heap && free_count_ + (dt_.heap.capacity - std::min(fresh_next_, dt_.heap.capacity)) < n) {
+      bool exhausted = false;
+      try_grow(&GpuEngine::grow_heap, &exhausted);
+      if (exhausted) break;
+    }
+  }
+
   // The batch's context: counters reset and the heap's free cells for up to `n` new values.
   void prepare_batch(uint64_t n, cudaStream_t stream) {
     if (dt_.has_heap) {
@@ -591,10 +616,9 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), c, sizeof(BatchCounters), cudaMemcpyHostToDevice, stream));
   }
 
-  void read_counters() {
-    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost,
-                                slow_stream_));
-    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
+  void read_counters(cudaStream_t stream) {
+    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
+    GPHASH_CUDA(cudaStreamSynchronize(stream));
   }
 
   // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
@@ -633,7 +657,7 @@ class GpuEngine final : public Engine {
   // a free slot at a moderate load: one warp, alone, moves items aside for them (displacement).
   // Otherwise the table or heap grows and the runs go through a parallel pass again. When the
   // pool cannot grow, runs fail with kTableFull / kHeapFull one operation at a time.
-  void slow_path(BatchView& bv) {
+  void slow_path(BatchView& bv, cudaStream_t stream) {
     SlowPathFlags flags;
     int current = 0;  // pending_[current] holds the entries to finish
     uint64_t count = host_counters_.get()->pending;
@@ -643,7 +667,7 @@ class GpuEngine final : public Engine {
       // Cells freed earlier in this batch are safe to reuse now: the parallel pass is over and no
       // pending run has freed anything. Only if there are none does the heap grow.
       if (need_cell && !flags.heap_exhausted)
-        grew |= reclaim_freed_cells() || try_grow(&GpuEngine::grow_heap, &flags.heap_exhausted);
+        grew |= reclaim_freed_cells(stream) || try_grow(&GpuEngine::grow_heap, &flags.heap_exhausted);
       const double load =
           static_cast<double>(items_ + host_counters_.get()->item_delta) / static_cast<double>(slot_capacity());
       // Without resizing, displacement is the only way: it takes any number of runs then.
@@ -658,7 +682,7 @@ class GpuEngine final : public Engine {
       if (displace) {
         // One warp, in order; it stops at a run it cannot serve and says why.
         flags.allow_displacement = true;
-        launch_slow(bv, pending_[current].get(), 0, count, flags);
+        launch_slow(bv, pending_[current].get(), 0, count, flags, stream);
         flags.allow_displacement = false;
         const auto result = static_cast<RunResult>(host_counters_.get()->slow_result);
         if (result == RunResult::kDone) break;
@@ -682,9 +706,9 @@ class GpuEngine final : public Engine {
       // Again in parallel; what still fails is collected in the other buffer.
       const int next = 1 - current;
       bv.pending = pending_[next].get();
-      GPHASH_CUDA(cudaMemsetAsync(&counters_.get()->pending, 0, 3 * sizeof(unsigned long long), slow_stream_));
-      launch_rerun(bv, pending_[current].get(), count, flags);
-      read_counters();
+      GPHASH_CUDA(cudaMemsetAsync(&counters_.get()->pending, 0, 3 * sizeof(unsigned long long), stream));
+      launch_rerun(bv, pending_[current].get(), count, flags, stream);
+      read_counters(stream);
       current = next;
       count = host_counters_.get()->pending;
       need_slot = host_counters_.get()->pending_slot;
@@ -706,20 +730,22 @@ class GpuEngine final : public Engine {
     }
   }
 
-  void launch_slow(const BatchView& bv, uint32_t* entries, uint64_t first, uint64_t count, const SlowPathFlags& flags) {
+  void launch_slow(const BatchView& bv, uint32_t* entries, uint64_t first, uint64_t count, const SlowPathFlags& flags,
+                   cudaStream_t stream) {
     if (options_.gpu_kernels == GpuKernels::kWarp)
-      slow_path_kernel<Access::kMirror><<<1, 32, 0, slow_stream_>>>(dt_, ctx_, bv, entries, first, count, flags);
+      slow_path_kernel<Access::kMirror><<<1, 32, 0, stream>>>(dt_, ctx_, bv, entries, first, count, flags);
     else
-      slow_path_kernel<Access::kDirect><<<1, 32, 0, slow_stream_>>>(dt_, ctx_, bv, entries, first, count, flags);
+      slow_path_kernel<Access::kDirect><<<1, 32, 0, stream>>>(dt_, ctx_, bv, entries, first, count, flags);
     GPHASH_CUDA(cudaGetLastError());
-    read_counters();
+    read_counters(stream);
   }
 
-  void launch_rerun(const BatchView& bv, const uint32_t* entries, uint64_t count, const SlowPathFlags& flags) {
+  void launch_rerun(const BatchView& bv, const uint32_t* entries, uint64_t count, const SlowPathFlags& flags,
+                    cudaStream_t stream) {
     if (options_.gpu_kernels == GpuKernels::kWarp)
-      rerun_kernel<Access::kMirror><<<blocks_for(count), kBlock, 0, slow_stream_>>>(dt_, ctx_, bv, entries, count, flags);
+      rerun_kernel<Access::kMirror><<<blocks_for(count), kBlock, 0, stream>>>(dt_, ctx_, bv, entries, count, flags);
     else
-      rerun_kernel<Access::kDirect><<<blocks_for(count), kBlock, 0, slow_stream_>>>(dt_, ctx_, bv, entries, count, flags);
+      rerun_kernel<Access::kDirect><<<blocks_for(count), kBlock, 0, stream>>>(dt_, ctx_, bv, entries, count, flags);
     GPHASH_CUDA(cudaGetLastError());
   }
 
@@ -831,26 +857,27 @@ class GpuEngine final : public Engine {
   }
 
   // In the slow path: the cells this batch freed join the free stack at once. True if any did.
-  bool reclaim_freed_cells() {
-    read_counters();
+  bool reclaim_freed_cells(cudaStream_t stream) {
+    read_counters(stream);
     if (host_counters_.get()->cells_freed == 0) return false;
-    settle_heap();
-    ensure_free_stack(free_count_ + ctx_.freed_capacity, slow_stream_);
+    settle_heap(stream);
+    ensure_free_stack(free_count_ + ctx_.freed_capacity, stream);
     ctx_.free_cells = free_cells_.get();
     ctx_.free_count = free_count_;
-    const unsigned long long restart[3] = {0, fresh_next_, 0};  // cells_taken, fresh_next, cells_freed
-    GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), restart, sizeof restart, cudaMemcpyHostToDevice, slow_stream_));
-    read_counters();
+    unsigned long long* restart = reinterpret_cast<unsigned long long*>(counters_init_.get());
+    restart[0] = 0, restart[1] = fresh_next_, restart[2] = 0;  // cells_taken, fresh_next, cells_freed
+    GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), restart, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
+    read_counters(stream);
     return true;
   }
 
   // After a batch: cells taken from the stack are gone from its top, freed cells join it.
-  void settle_heap() {
+  void settle_heap(cudaStream_t stream) {
     const BatchCounters& c = *host_counters_.get();
     const uint64_t remaining = free_count_ - std::min<uint64_t>(c.cells_taken, free_count_);
     const uint64_t freed = std::min<uint64_t>(c.cells_freed, ctx_.freed_capacity);
     if (freed)
-      append_cells_kernel<<<blocks_for(freed), kBlock, 0, slow_stream_>>>(free_cells_.get(), remaining, freed_.get(), freed);
+      append_cells_kernel<<<blocks_for(freed), kBlock, 0, stream>>>(free_cells_.get(), remaining, freed_.get(), freed);
     GPHASH_CUDA(cudaGetLastError());
     free_count_ = remaining + freed;
     fresh_next_ = std::min<uint64_t>(c.fresh_next, dt_.heap.capacity);
@@ -894,14 +921,12 @@ class GpuEngine final : public Engine {
   // One caller at a time enqueues, waits or reads the table's host state.
   mutable std::mutex mutex_;
   Stream batch_stream_;  // host batches (execute)
-  Stream slow_stream_;   // the completion thread's slow paths, table-wide passes, exports
+  Stream slow_stream_;   // table-wide passes (open, resize, export) and the completion thread
   Event start_, planned_, ran_, counted_{false};
   DeviceBuffer<BatchCounters> counters_;
   PinnedBuffer<BatchCounters> host_counters_, counters_init_;
   DeviceBuffer<ScanCounters> scan_;
   PinnedBuffer<ScanCounters> host_scan_;
-  PinnedBuffer<unsigned long long> gate_;  // the sequence number of the last opened gate
-  unsigned long long sequence_ = 0;
   T dt_{};
   BatchContext ctx_{};
   DeviceBuffer<std::byte> device_levels_[format::kMaxLevel + 1];
@@ -926,7 +951,7 @@ class GpuEngine final : public Engine {
   // The completion thread and the one job it may have.
   mutable std::mutex jobs_mutex_;
   mutable std::condition_variable jobs_cv_;
-  std::optional<Job> job_;
+  std::shared_ptr<GpuCompletion> job_;  // the asynchronous batch in flight
   bool busy_ = false, stopping_ = false;
   std::exception_ptr failure_;
   std::thread worker_;

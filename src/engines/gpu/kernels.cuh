@@ -6,6 +6,7 @@
 
 namespace gphash::engine::gpu {
 
+inline constexpr uint64_t kPendingCount = ~0ull;
 
 // End of the run starting at sorted position `begin`: the first position with another prefix.
 __device__ inline size_t run_end(const BatchView& bv, size_t begin, int lane) {
@@ -72,7 +73,9 @@ __global__ void __launch_bounds__(256) thread_batch_kernel(const __grid_constant
 
 // The exclusive slow path: one warp works through the pending runs in order, displacing items
 // where allowed. It stops at the first run that needs a resize or a larger heap and reports
-// where; the host provides that and launches it again from there.
+// where; the host provides that and launches it again from there. With count == kPendingCount
+// it takes the number of pending runs from the counters (launched in stream order, with no host
+// in between: execute_async).
 template <Access A, class T>
 __global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
                                  const __grid_constant__ BatchView bv, uint32_t* entries, uint64_t first, uint64_t count,
@@ -81,6 +84,7 @@ __global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_const
   long long delta = 0;
   WarpOps<A, T> ops{t, ctx, bv, lane, delta};
   int result = static_cast<int>(RunResult::kDone);
+  if (count == kPendingCount) count = *reinterpret_cast<volatile unsigned long long*>(&ctx.counters->pending);
   for (uint64_t k = first; k < count; ++k) {
     const size_t begin = entries[k];
     const size_t end = run_end(bv, begin, lane);
