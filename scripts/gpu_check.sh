@@ -63,9 +63,9 @@ echo "build: $(($(date +%s) - t0)) s"
 main=$builds/main
 
 if [[ $mode != bench ]]; then
-  ctest --test-dir "$main" -L gpu --output-on-failure --timeout 900 >"$out/gpu_tests.log" 2>&1 || status=1
+  ctest --test-dir "$main" -L gpu --output-on-failure --timeout "${GPHASH_TEST_TIMEOUT:-300}" >"$out/gpu_tests.log" 2>&1 || status=1
   # The GPU cases of suites that cover both engines (labelled cpu: they skip the GPU elsewhere).
-  ctest --test-dir "$main" -L cpu -R "(/gpu$|GpuEngine)" --output-on-failure --timeout 900 >"$out/gpu_cases_tests.log" 2>&1 || status=1
+  ctest --test-dir "$main" -L cpu -R "(/gpu$|GpuEngine)" --output-on-failure --timeout "${GPHASH_TEST_TIMEOUT:-300}" >"$out/gpu_cases_tests.log" 2>&1 || status=1
   # SIGKILL with kernels in flight, recovered and verified by both engines.
   GPHASH_CRASH_ENGINE=gpu GPHASH_KILLS=${GPHASH_GPU_KILLS:-200} GPHASH_KILL_SECONDS=${GPHASH_GPU_KILL_SECONDS:-120} \
     "$main/tests/crash/kill_test" >"$out/gpu_kill_test.log" 2>&1 || status=1
