@@ -212,8 +212,8 @@ class Table {
   // GPU-memory placement: writes the table back to its pool (crash-safely: the previous saved
   // state stays until the new one is complete). Other engines work in the pool: nothing to do.
   void save();
-  // Makes everything durable (saving a GPU-memory table) and marks the pool clean. The table is
-  // unusable afterwards.
+  // Makes everything durable (saving a GPU-memory table), marks the pool clean and lets go of it
+  // (the pool may be opened again at once). Later calls on this Table throw kInvalidArgument.
   void close();
 
  private:

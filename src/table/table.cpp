@@ -138,6 +138,7 @@ bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Poo
 }  // namespace
 
 void Table::Impl::check_usable() const {
+  if (!engine) throw Error(ErrorCode::kInvalidArgument, "this table was closed; open its pool again to use it");
   if (!failure.empty())
     throw Error(ErrorCode::kTableFailed,
                 "an earlier call failed (" + failure +
@@ -169,6 +170,7 @@ auto Table::Impl::guarded(F&& f) -> decltype(f()) {
 }
 
 void Table::execute(const Batch& b) {
+  impl_->check_usable();
   if (b.size == 0) return;
   const bool writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
   if (writes) {
@@ -181,6 +183,7 @@ void Table::execute(const Batch& b) {
 }
 
 BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
+  impl_->check_usable();
   if (b.size == 0) return {};
   if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
     throw Error(ErrorCode::kInvalidArgument,
@@ -220,9 +223,18 @@ CUevent_st* BatchEvent::cuda_event() const {
   return completion_ ? static_cast<CUevent_st*>(completion_->cuda_event()) : nullptr;
 }
 
-uint32_t Table::key_width() const { return impl_->pool->header().gphash.key_width; }
-uint32_t Table::value_width() const { return impl_->pool->header().gphash.value_width; }
-uint64_t Table::size() const { return impl_->engine->item_count(); }
+uint32_t Table::key_width() const {
+  impl_->check_usable();
+  return impl_->pool->header().gphash.key_width;
+}
+uint32_t Table::value_width() const {
+  impl_->check_usable();
+  return impl_->pool->header().gphash.value_width;
+}
+uint64_t Table::size() const {
+  impl_->check_usable();
+  return impl_->engine->item_count();
+}
 
 namespace {
 
@@ -262,6 +274,7 @@ TableInfo Table::inspect(const std::string& pool_spec) {
 }
 
 TableInfo Table::info() const {
+  impl_->check_usable();
   std::shared_lock lock(impl_->batches);
   engine::EngineStats s = impl_->engine->stats();
   const pool::Pool& pool = *impl_->pool;
@@ -317,6 +330,7 @@ CheckResult to_result(const engine::CheckReport& r) {
 
 CheckResult Table::check(int threads) const {
   threads = check_threads(threads, "check threads");
+  impl_->check_usable();
   std::unique_lock lock(impl_->batches);
   impl_->engine->save();  // a GPU-memory table is checked as saved
   return to_result(engine::check_table(*impl_->pool, {threads, impl_->engine->item_count(), false}));
@@ -378,6 +392,7 @@ RepairResult Table::repair(const std::string& pool_spec, int threads) {
 bool Table::convert(const std::string& pool_spec) { return pool::convert_pool(pool_spec); }
 
 size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_t capacity, MemorySpace memory) {
+  impl_->check_usable();
   if (cursor.done()) return 0;
   if (!keys) throw Error(ErrorCode::kInvalidArgument, "export needs a keys array", "keys");
   if (memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
@@ -399,6 +414,7 @@ size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_
 }
 
 TableStats Table::stats() {
+  impl_->check_usable();
   std::unique_lock lock(impl_->batches);
   const format::PoolHeader& h = impl_->pool->header();
   const engine::EngineStats s = impl_->engine->stats();
@@ -418,7 +434,12 @@ TableStats Table::stats() {
 
 void Table::close() {
   std::unique_lock lock(impl_->batches);
+  if (!impl_->engine) return;
   impl_->guarded([&] { impl_->engine->close(); });
+  // A closed table lets go of its pool (lock, mapping, GPU memory), so this process can open,
+  // check or copy it while the Table object still exists.
+  impl_->engine.reset();
+  impl_->pool.reset();
 }
 
 const char* to_string(Op op) noexcept {
