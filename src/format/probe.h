@@ -22,8 +22,20 @@ GPHASH_HD CandidatePosition candidate_position(int c, int levels, int slots) {
 }
 
 // Two hash functions may name the same bucket at a level: only the lower one's is a candidate.
+// `own_bucket` is hash function j's bucket at `level`, which the caller has computed already (the
+// GPU's probe loops are instruction-bound: recomputing it cost the search kernel ~10%).
 // (Every index into `hash` is a compile-time constant once unrolled, so GPU code keeps it in
 // registers even though j varies by lane.)
+template <int H>
+GPHASH_HD bool repeated_bucket(const uint64_t (&hash)[H], uint32_t level, int j, uint64_t own_bucket) {
+  bool repeat = false;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < H; ++i)
+    if (i < j && bucket_at(hash[i], level) == own_bucket) repeat = true;
+  return repeat;
+}
 template <int H>
 GPHASH_HD bool repeated_bucket(const uint64_t (&hash)[H], uint32_t level, int j) {
   uint64_t b = 0;
@@ -32,13 +44,7 @@ GPHASH_HD bool repeated_bucket(const uint64_t (&hash)[H], uint32_t level, int j)
 #endif
   for (int i = 0; i < H; ++i)
     if (i == j) b = bucket_at(hash[i], level);
-  bool repeat = false;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int i = 0; i < H; ++i)
-    if (i < j && bucket_at(hash[i], level) == b) repeat = true;
-  return repeat;
+  return repeated_bucket(hash, level, j, b);
 }
 
 // The valid copy among published copies of one key: highest level, then lowest bucket, then

@@ -71,7 +71,7 @@ __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe
       for (int x = 0; x < T::H; ++x) h[x] = __shfl_sync(kFullMask, mine.hash[x], base + k);
       const uint64_t b = format::bucket_at(pick(h, j), level);
       bucket_of[k] = b;
-      live[k] = ((ops >> (base + k)) & 1) && !format::repeated_bucket(h, level, j);
+      live[k] = ((ops >> (base + k)) & 1) && !format::repeated_bucket(h, level, j, b);
       if constexpr (A == Access::kMirror)
         seen[k] = live[k] ? __ldcg(t.tags + t.tag_index(level, b, s)) : 1;
       else

@@ -186,7 +186,7 @@ __device__ LaneSlot<T> lane_slot(const T& t, const KeyProbe<T>& p, int lane) {
   ls.j = c.j;
   ls.level = t.bottom + ls.d;
   ls.bucket = format::bucket_at(pick(p.hash, ls.j), ls.level);
-  ls.live = !format::repeated_bucket(p.hash, ls.level, ls.j);
+  ls.live = !format::repeated_bucket(p.hash, ls.level, ls.j, ls.bucket);
   ls.tag_index = t.tags ? t.tag_index(ls.level, ls.bucket, ls.slot) : 0;
   return ls;
 }
