@@ -172,8 +172,14 @@ struct EmbeddingStore::Impl {
     return h.next_row++;
   }
 
+  // The GPU lookups keep a device session open; other uses of the table end it first.
+  void quiesce() {
+    if (gpu) gpu->pause();
+  }
+
   // Searches `n` ids; row index per id, ~0 when missing.
   std::vector<uint64_t> find_rows(const int64_t* ids, size_t n) {
+    quiesce();
     std::vector<uint64_t> where(n, ~uint64_t{0});
     std::vector<OpStatus> status(n);
     if (n == 0) return where;
@@ -273,6 +279,8 @@ const Table& EmbeddingStore::table() const { return impl_->table; }
 
 StoreStats EmbeddingStore::stats() const {
   impl_->check_open();
+  std::lock_guard lock(impl_->mu);
+  impl_->quiesce();
   StoreStats s = impl_->counts;
   s.items = impl_->table.size();
   s.capacity = impl_->rows.header().capacity;
@@ -481,6 +489,7 @@ size_t EmbeddingStore::export_rows(int64_t* ids, void* rows_out, size_t capacity
   Impl& m = *impl_;
   m.check_open();
   std::lock_guard lock(m.mu);
+  m.quiesce();
   const uint32_t rb = m.row_bytes();
   ExportCursor cursor;
   std::vector<uint64_t> where(capacity);

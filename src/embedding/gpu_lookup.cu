@@ -263,6 +263,28 @@ struct GpuLookup::Impl {
   CacheView cache;
   cudaEvent_t last_done = nullptr;     // the previous lookup's end
   uint64_t lookups = 0;
+  // One device session serves every lookup until a write needs the table (pause()): beginning a
+  // session waits for the table's previous work to settle and prepares the engine, which per
+  // lookup would cost a host wait and a few calls. Lookups only search, so the frozen layout of a
+  // session is all they need.
+  cudaStream_t session_stream = nullptr;
+  cudaEvent_t session_ready = nullptr;
+  bool session_open = false;
+  Ref ref{};
+
+  void open_session() {
+    if (session_open) return;
+    DeviceSession session = table.begin_device_session(session_stream);
+    ref = session.ref<Ref>();
+    check(cudaEventRecord(session_ready, session_stream), "cudaEventRecord");
+    session_open = true;
+  }
+  void close_session() {
+    if (!session_open) return;
+    session_open = false;
+    check(cudaStreamWaitEvent(session_stream, last_done, 0), "cudaStreamWaitEvent");
+    table.end_device_session(session_stream).wait();
+  }
 
   Impl(Table& t, std::byte* rows, size_t rows_bytes, const GpuLookupConfig& c) : table(t), config(c), host_rows(rows) {
     row_capacity = rows_bytes / c.stride;
@@ -284,6 +306,8 @@ struct GpuLookup::Impl {
     check(cudaMalloc(&counters, sizeof(DeviceCounters)), "cudaMalloc");
     check(cudaMemset(counters, 0, sizeof(DeviceCounters)), "cudaMemset");
     check(cudaEventCreateWithFlags(&last_done, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&session_ready, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaStreamCreateWithFlags(&session_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     // The cache: as many ways as the budget pays for (row + id + score), in power-of-two sets.
     const uint64_t per_row = c.stride + sizeof(uint64_t) + sizeof(uint32_t);
     const uint64_t rows_budget = c.cache_bytes / per_row;
@@ -309,7 +333,13 @@ struct GpuLookup::Impl {
   }
 
   ~Impl() {
+    try {
+      close_session();
+    } catch (...) {
+    }
     cudaDeviceSynchronize();  // kernels of earlier lookups may still read these
+    if (session_ready) cudaEventDestroy(session_ready);
+    if (session_stream) cudaStreamDestroy(session_stream);
     cudaFree(cache.ids);
     cudaFree(cache.scores);
     cudaFree(cache.sketch);
@@ -334,6 +364,8 @@ GpuCounters GpuLookup::counters() const {
   check(cudaMemcpy(&d, impl_->counters, sizeof d, cudaMemcpyDeviceToHost), "cudaMemcpy of the counters");
   return {d.hits, d.misses, d.missing, d.unique};
 }
+
+void GpuLookup::pause() { impl_->close_session(); }
 
 void GpuLookup::invalidate(const int64_t* ids, size_t n) {
   Impl& m = *impl_;
@@ -410,13 +442,11 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
 
   // The index, through a device session on the Table: the fetch kernel's warps find the IDs.
   const uint32_t warp_grid = blocks_for(n, kWarpsPerBlock);
-  {
-    DeviceSession session = m.table.begin_device_session(stream);
-    fetch_rows<<<warp_grid, kBlock, 0, stream>>>(session.ref<Ref>(), m.cache, unique_ids, n_unique, m.device_rows,
-                                                  m.row_capacity, c.stride, m.default_row, unique_rows, admit, m.counters);
-    check(cudaGetLastError(), "launching the fetch kernel");
-    m.table.end_device_session(stream);
-  }
+  m.open_session();
+  check(cudaStreamWaitEvent(stream, m.session_ready, 0), "cudaStreamWaitEvent");
+  fetch_rows<<<warp_grid, kBlock, 0, stream>>>(m.ref, m.cache, unique_ids, n_unique, m.device_rows, m.row_capacity,
+                                                c.stride, m.default_row, unique_rows, admit, m.counters);
+  check(cudaGetLastError(), "launching the fetch kernel");
   if (m.cache.sets) {
     admit_rows<<<warp_grid, kBlock, 0, stream>>>(m.cache, unique_ids, n_unique, admit, unique_rows, c.stride);
     if (++m.lookups % c.aging_interval == 0) {

@@ -4,7 +4,7 @@
 // gathers its row from the registered row file with 16-byte loads over 128-byte-aligned rows;
 // then admission of missed rows into the cache (frequency-based, see gpu_lookup.cu) and the
 // pooling/expansion kernel into the caller's output. Nothing here waits for the device except
-// invalidate() and counters(), which writes and stats() call.
+// pause(), invalidate() and counters(), which writes and stats() call.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +33,10 @@ class GpuLookup {
   ~GpuLookup();
   void lookup(const int64_t* ids, size_t n, const int64_t* offsets, size_t n_offsets, bool include_last,
               Pooling pooling, void* out, CUstream_st* stream);
+  // Ends the device session the lookups keep open (after the lookups in flight), so the Table
+  // takes host batches again; the next lookup opens a new one. Call before any other use of the
+  // Table.
+  void pause();
   // Drops the cached rows of these IDs (host array); waits for the device first.
   void invalidate(const int64_t* ids, size_t n);
   GpuCounters counters() const;  // waits for the device
