@@ -14,7 +14,6 @@ import time
 
 import torch
 
-import gphash
 import gphash.torch as gt
 
 CRITEO_KAGGLE = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27, 14992,

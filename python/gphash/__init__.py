@@ -58,7 +58,7 @@ def _empty(like, shape, dtype):
     """An uninitialised array of the same library and device as `like`. dtype is a NumPy dtype name."""
     if _is_torch(like):
         torch = _torch()
-        tdt = {"uint8": torch.uint8, "uint64": torch.uint64 if hasattr(torch, "uint64") else torch.int64,
+        tdt = {"uint8": torch.uint8, "uint64": torch.int64,  # torch's uint64 lacks most ops: same bytes as int64
                "int64": torch.int64, "float32": torch.float32, "float16": torch.float16,
                "bfloat16": torch.bfloat16}[dtype]
         return torch.empty(shape, dtype=tdt, device=like.device)
@@ -234,8 +234,8 @@ class EmbeddingStore:
         return out
 
     def lookup(self, ids, offsets=None, pooling="sum", include_last_offset=False, found=False):
-        """Rows of `ids` (int64, 1-D). With offsets, the rows of each bag are pooled ("sum" or
-        "mean"); without, pooling must be None and one row per ID is returned. Missing IDs get the
+        """Rows of `ids` (int64). With offsets, the rows of each bag are pooled ("sum" or
+        "mean"); 2-D ids [bags, n] are bags of n; 1-D ids without offsets give one row per ID. Missing IDs get the
         default row. CUDA tensors run on the GPU on the current stream and return a CUDA tensor;
         host arrays run on the CPU. found=True (host only) also returns a uint8 mask per ID."""
         if pooling not in _POOLINGS:

@@ -27,8 +27,9 @@ def test_matches_torch_embedding_bag(pool_name, device, mode, include_last):
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(ours(ids, offsets), ref(ids, offsets), rtol=1e-5, atol=1e-5)
-        two_d = ids[:60].reshape(20, 3)
-        torch.testing.assert_close(ours(two_d), ref(two_d), rtol=1e-5, atol=1e-5)
+        if not include_last:  # 2-D input: fixed-length bags, no offsets
+            two_d = ids[:60].reshape(20, 3)
+            torch.testing.assert_close(ours(two_d), ref(two_d), rtol=1e-5, atol=1e-5)
     ours.store.close()
 
 
@@ -53,7 +54,7 @@ def test_cuda_graph_capture_of_a_lookup(pool_name):
     ids = torch.randint(0, 5000, (4096,), device="cuda")
     offsets = torch.arange(0, 4096, 4, device="cuda")
     with torch.no_grad():
-        eager = bag(ids, offsets)
+        bag(ids, offsets)  # warm: the session and the cache exist before the capture
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
