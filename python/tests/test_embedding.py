@@ -289,3 +289,25 @@ def test_gpu_lookup_empty_and_large_batches(pool_name):
     got = store.lookup(torch.from_numpy(q).cuda(), pooling=None).cpu().numpy()
     np.testing.assert_allclose(got, reference(table, q, None, None, 16), rtol=1e-6)
     store.close()
+
+
+@pytest.mark.parametrize("damage,code", [("truncate", "Truncated"), ("short", "Truncated"), ("magic", "NotAPool"),
+                                         ("field", "ChecksumMismatch"), ("missing", "NotFound")])
+def test_damaged_row_file_is_a_typed_error(pool_name, damage, code):
+    store = gphash.EmbeddingStore.create(pool_name, 8, capacity=1000, replace=True)
+    store.insert_or_assign(np.arange(1, 11, dtype=np.int64), np.ones((10, 8), np.float32))
+    store.close()
+    path = f"/dev/shm/{pool_name}.rows"
+    if damage == "truncate":
+        os.truncate(path, 4096 + 999 * 32)
+    elif damage == "short":
+        os.truncate(path, 100)
+    elif damage == "missing":
+        os.unlink(path)
+    else:
+        with open(path, "r+b") as f:
+            f.seek(0 if damage == "magic" else 16)  # the magic, or dim
+            f.write(b"\x7f")
+    with pytest.raises(gphash.Error) as e:
+        gphash.EmbeddingStore.open(pool_name)
+    assert e.value.code == code, str(e.value)
