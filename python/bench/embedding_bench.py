@@ -13,7 +13,8 @@ Per batch size (2K .. 64K bags of --bag ids, Zipf-skewed ids over a random permu
               pinned host memory: no dedup, no alignment (skipped without CuPy);
   (d) FBGEMM TBE with UVM caching: not run (fbgemm-gpu cannot be installed offline on the GPU
               machine; reported as such).
-Also: the PCIe bandwidth of this machine in the same run (pinned H2D copy of 1 GiB, and a
+Also: the file tier (rows in a file read with io_uring into pinned memory, the substitute for
+GDRec's GPU-driven NVMe path) against pread; the PCIe bandwidth of this machine in the same run (pinned H2D copy of 1 GiB, and a
 warp-per-128-byte random read of pinned memory with CuPy), the unique-id ratio and the cache hit
 rate. Writes embedding_bench.json and prints a summary last.
 """
@@ -106,6 +107,7 @@ def main():
     ap.add_argument("--batches", default="2048,8192,32768,65536")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--pool", default=f"gphash-embbench-{os.getpid()}")
+    ap.add_argument("--tier-dir", default=os.environ.get("GPHASH_TIER_DIR", "/tmp"))
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     dev = torch.device("cuda")
@@ -140,6 +142,39 @@ def main():
         secs = cp.cuda.get_elapsed_time(ev0, ev1) / 1e3
         report["pcie_random_128B_read_GBps"] = round(blocks * threads / 8 * reads * 128 / secs / 1e9, 2)
     del pinned_scratch
+
+    # The file tier (item 5, the substitute for GDRec's NVMe path): random rows read by the CPU
+    # into a pinned buffer, with io_uring and with pread, then copied to the GPU.
+    tier_rows, tier_dim = 1 << 18, args.dim
+    tier_path = os.path.join(args.tier_dir, f"gphash-tier-{os.getpid()}.rows")
+    try:
+        tier = gphash.FileTier.create(tier_path, tier_dim, tier_rows)
+        chunk = 1 << 15
+        for s0 in range(0, tier_rows, chunk):
+            tier.write_rows(np.arange(s0, s0 + chunk, dtype=np.uint64), np.random.default_rng(s0).standard_normal((chunk, tier_dim)).astype(np.float32))
+        want = np.random.default_rng(7).integers(0, tier_rows, 65536).astype(np.uint64)
+        pinned = torch.empty(len(want), tier_dim, pin_memory=True)
+        tier_report = {"rows": tier_rows, "row_bytes": tier_dim * 4, "file": tier_path, "io_uring": tier.uses_io_uring,
+                       "o_direct": tier.direct}
+        for mode in ("io_uring", "pread"):
+            t = time.perf_counter()
+            tier.read_rows(want, pinned, use_io_uring=(mode == "io_uring"))
+            secs = time.perf_counter() - t
+            tier_report[mode] = {"Mrows_per_s": round(len(want) / secs / 1e6, 3),
+                                 "GBps": round(len(want) * tier_dim * 4 / secs / 1e9, 3)}
+        t = time.perf_counter()
+        tier.read_rows(want, pinned)
+        on_gpu = pinned.to(dev, non_blocking=True)
+        torch.cuda.synchronize()
+        tier_report["read_and_copy_to_gpu_Mrows_per_s"] = round(len(want) / (time.perf_counter() - t) / 1e6, 3)
+        tier.close()
+        del on_gpu
+    except Exception as e:  # noqa: BLE001  (a read-only or full /tmp must not stop the rest)
+        tier_report = {"error": str(e)}
+    finally:
+        if os.path.exists(tier_path):
+            os.unlink(tier_path)
+    report["file_tier"] = tier_report
 
     # The rows: one random table, the same in every system.
     t0 = time.time()
@@ -270,6 +305,7 @@ def main():
     ok = {k: all(r[k].get("matches_torch", True) for r in report["results"] if k in r)
           for k in ("gphash", "gphash-nocache", "naive-zero-copy")}
     print(f"results equal torch.nn.functional.embedding_bag: {ok}")
+    print(f"file tier (io_uring substitute for GDRec's NVMe path): {report['file_tier']}")
     print("(d) FBGEMM TBE: not run (fbgemm-gpu not installable offline)")
     return 0
 

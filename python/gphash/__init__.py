@@ -20,7 +20,7 @@ import numpy as _np
 from . import _gphash
 from ._gphash import Error, check_pool, inspect, has_cuda  # noqa: F401
 
-__all__ = ["Table", "EmbeddingStore", "Error", "check_pool", "inspect", "has_cuda",
+__all__ = ["Table", "EmbeddingStore", "FileTier", "Error", "check_pool", "inspect", "has_cuda",
            "OK", "NOT_FOUND", "EXISTS", "HEAP_FULL", "TABLE_FULL", "RESERVED_KEY"]
 
 # Per-operation statuses (gphash::OpStatus), as the uint8 values batches return.
@@ -297,3 +297,41 @@ def _arange_like(x, start, stop, step):
     if _is_torch(x):
         return _torch().arange(start, stop, step, dtype=_torch().int64, device=x.device)
     return _np.arange(start, stop, step, dtype=_np.int64)
+
+
+class FileTier:
+    """Embedding rows in a regular file, below host memory: the substitute for GDRec's GPU-driven
+    NVMe path (our GPUs cannot drive an NVMe device). The CPU reads rows by index with io_uring
+    (O_DIRECT where the file system allows it) into a host array, for the GPU a pinned one
+    (``torch.empty(..., pin_memory=True)``). Falls back to pread without io_uring."""
+
+    def __init__(self, native, dim, dtype):
+        self._t, self.dim, self.dtype = native, dim, dtype
+
+    @classmethod
+    def create(cls, path, dim, capacity, *, dtype="float32"):
+        dtype = _dtype_name(dtype)
+        if not 1 <= dim <= 1024:
+            raise _error(f"dim must be 1..1024, not {dim}", "dim")
+        return cls(_gphash.FileTier.create(path, dim * (4 if dtype == "float32" else 2), capacity), dim, dtype)
+
+    @property
+    def uses_io_uring(self):
+        return self._t.uses_io_uring()
+
+    @property
+    def direct(self):
+        return self._t.direct()
+
+    def write_rows(self, rows, data):
+        self._t.write_rows(_contiguous(rows), _contiguous(data))
+
+    def read_rows(self, rows, out=None, use_io_uring=True):
+        rows = _contiguous(rows)
+        if out is None:
+            out = _empty(rows, (len(rows), self.dim), self.dtype)
+        self._t.read_rows(rows, out, use_io_uring)
+        return out
+
+    def close(self):
+        self._t.close()

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "embedding/embedding_store.h"
+#include "embedding/file_tier.h"
 #include "gphash/table.h"
 
 namespace nb = nanobind;
@@ -321,6 +322,34 @@ emb::StoreOptions store_options(const std::string& engine, uint64_t cache_bytes,
   return o;
 }
 
+struct PyFileTier {
+  std::optional<emb::FileTier> tier;
+  emb::FileTier& get() {
+    if (!tier) bad("the file tier is closed", "tier");
+    return *tier;
+  }
+  size_t check(const Array& rows, const Array& data) {
+    emb::FileTier& t = get();
+    if (rows.ndim() != 1 || (rows.dtype() != nb::dtype<uint64_t>() && rows.dtype() != nb::dtype<int64_t>()))
+      bad("rows must be a 1-D array of 64-bit row indices", "rows");
+    if (!on_cpu(rows) || !on_cpu(data)) bad("the file tier works on host arrays (pinned ones for the GPU)", "rows");
+    const size_t n = rows.shape(0);
+    if (data.nbytes() != n * t.row_bytes())
+      bad("data must hold " + std::to_string(t.row_bytes()) + " bytes per row", "data");
+    return n;
+  }
+  void write_rows(const Array& rows, const Array& data) {
+    const size_t n = check(rows, data);
+    nb::gil_scoped_release release;
+    get().write_rows(static_cast<const uint64_t*>(rows.data()), n, data.data());
+  }
+  void read_rows(const Array& rows, const Array& out, bool use_io_uring) {
+    const size_t n = check(rows, out);
+    nb::gil_scoped_release release;
+    get().read_rows(static_cast<const uint64_t*>(rows.data()), n, out.data(), use_io_uring);
+  }
+};
+
 }  // namespace
 
 NB_MODULE(_gphash, m) {
@@ -393,6 +422,20 @@ NB_MODULE(_gphash, m) {
     d["format_version"] = i.format_version;
     return d;
   });
+
+  nb::class_<PyFileTier>(m, "FileTier")
+      .def_static("create",
+                  [](const std::string& path, uint32_t row_bytes, uint64_t capacity) {
+                    auto t = std::make_unique<PyFileTier>();
+                    t->tier.emplace(emb::FileTier::create(path, row_bytes, capacity));
+                    return t.release();
+                  },
+                  nb::rv_policy::take_ownership)
+      .def("write_rows", &PyFileTier::write_rows)
+      .def("read_rows", &PyFileTier::read_rows, "rows"_a, "out"_a, "use_io_uring"_a = true)
+      .def("uses_io_uring", [](PyFileTier& t) { return t.get().uses_io_uring(); })
+      .def("direct", [](PyFileTier& t) { return t.get().direct(); })
+      .def("close", [](PyFileTier& t) { t.tier.reset(); });
 
   nb::class_<PyStore>(m, "EmbeddingStore")
       .def_static("create",
