@@ -3,11 +3,12 @@
 //   1. dedup: radix sort of (id, position), run marks, a scan: unique IDs, each position's
 //      unique index (inverse) and the unique count, which stays in GPU memory (kernels read it;
 //      grids are sized for the worst case, all IDs unique);
-//   2. fetch: a warp per unique ID probes the row cache (one set, its ways read by one lane
+//   2. locate: a warp per unique ID probes the row cache (one set, its ways read by one lane
 //      each); on a miss the warp finds the ID through a device session on the Table (one-shot
-//      warp probe) and gathers the row from the registered row file: rows are stride-aligned
-//      (32/64/128*k bytes), and the warp reads them with 16-byte loads, so each 128-byte segment
-//      it touches is read whole by one instruction (access coalescing and aligning);
+//      warp probe); gather: a group of stride/16 lanes per row copies it from the cache or from
+//      the registered row file: rows are stride-aligned (32/64/128*k bytes) and read with
+//      16-byte loads, so each 128-byte segment a group touches is read whole by one instruction
+//      (access coalescing and aligning), and a warp has several small rows in flight;
 //   3. admission (cache on): missed rows enter the cache when their estimated frequency (a
 //      count sketch of misses) beats the victim's, the way with the fewest hits in its set
 //      (TinyLFU-like); every `aging_interval` lookups all counts are halved, so the cache
@@ -92,10 +93,14 @@ __global__ void scatter_unique(const uint64_t* sorted, const uint32_t* pos, cons
   }
 }
 
-__global__ void fetch_rows(Ref ref, CacheView cache, const uint64_t* unique_ids, const uint32_t* n_unique_p,
-                           const std::byte* host_rows, uint64_t row_capacity, uint32_t stride,
-                           const std::byte* default_row, std::byte* unique_rows, uint8_t* admit,
-                           DeviceCounters* counters) {
+// Where each unique ID's row comes from: a cache way (kFromCache | slot), a row of the row file
+// (its index), or nowhere (kMissing: the default row).
+constexpr uint64_t kFromCache = uint64_t{1} << 63, kMissing = ~uint64_t{0};
+
+// A warp per unique ID: the cache's set (a lane per way), then, on a miss, the index (the
+// TableRef's one-shot warp probe). Only 8-byte words move here; the rows move in gather_rows.
+__global__ void locate_rows(Ref ref, CacheView cache, const uint64_t* unique_ids, const uint32_t* n_unique_p,
+                            uint64_t row_capacity, uint64_t* source, uint8_t* admit, DeviceCounters* counters) {
   __shared__ uint64_t where[kWarpsPerBlock];
   const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
   const uint32_t warps = gridDim.x * kWarpsPerBlock;
@@ -103,16 +108,15 @@ __global__ void fetch_rows(Ref ref, CacheView cache, const uint64_t* unique_ids,
   unsigned long long hits = 0, misses = 0, missing = 0;
   for (uint32_t u = blockIdx.x * kWarpsPerBlock + wib; u < n_unique; u += warps) {
     const uint64_t id = unique_ids[u];
-    std::byte* dst = unique_rows + static_cast<size_t>(u) * stride;
     if (cache.sets && id != kNoId) {
       const uint64_t set = mix64(id) & (cache.sets - 1);
       const bool match = lane < cache.ways && cache.ids[set * cache.ways + lane] == id;
       const unsigned mask = __ballot_sync(kFull, match);
       if (mask) {
         const uint64_t slot = set * cache.ways + (__ffs(mask) - 1);
-        copy_row(dst, cache.rows + slot * stride, stride, lane);
         if (lane == 0) {
           atomicAdd(&cache.scores[slot], 1u);
+          source[u] = kFromCache | slot;
           admit[u] = 0;
           ++hits;
         }
@@ -126,8 +130,8 @@ __global__ void fetch_rows(Ref ref, CacheView cache, const uint64_t* unique_ids,
     __syncwarp();
     const uint64_t row = where[wib];
     const bool found = s == OpStatus::kOk && row < row_capacity;
-    copy_row(dst, found ? host_rows + row * stride : default_row, stride, lane);
     if (lane == 0) {
+      source[u] = found ? row : kMissing;
       admit[u] = found;
       found ? ++misses : ++missing;
     }
@@ -137,6 +141,28 @@ __global__ void fetch_rows(Ref ref, CacheView cache, const uint64_t* unique_ids,
     if (hits) atomicAdd(&counters->hits, hits);
     if (misses) atomicAdd(&counters->misses, misses);
     if (missing) atomicAdd(&counters->missing, missing);
+  }
+}
+
+// The gather: a group of `lanes` lanes (stride / 16, at most 32) per row, each lane a 16-byte
+// load, so a group reads its row's aligned 32/64/128-byte segments whole, and a warp keeps
+// 32 / lanes rows in flight at once (small rows do not leave most of the warp idle).
+__global__ void gather_rows(CacheView cache, const uint64_t* source, const uint32_t* n_unique_p,
+                            const std::byte* host_rows, const std::byte* default_row, uint32_t stride,
+                            uint32_t lanes, std::byte* unique_rows) {
+  const uint32_t groups_per_block = blockDim.x / lanes;
+  const uint32_t group = threadIdx.x / lanes, lane = threadIdx.x % lanes;
+  if (group >= groups_per_block) return;
+  const uint32_t n_unique = *n_unique_p;
+  const uint32_t vectors = stride / 16;
+  for (uint32_t u = blockIdx.x * groups_per_block + group; u < n_unique; u += gridDim.x * groups_per_block) {
+    const uint64_t from = source[u];
+    const std::byte* src = from == kMissing ? default_row
+                           : (from & kFromCache) ? cache.rows + (from & ~kFromCache) * stride
+                                                 : host_rows + from * stride;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(unique_rows + static_cast<size_t>(u) * stride);
+    for (uint32_t v = lane; v < vectors; v += lanes) d[v] = s[v];
   }
 }
 
@@ -413,6 +439,7 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
   const size_t o_inverse = total; total += round(4 * n);
   const size_t o_count = total; total += 256;
   const size_t o_admit = total; total += round(n);
+  const size_t o_source = total; total += round(8 * n);
   const size_t o_temp = total; total += temp_bytes;
   const size_t o_rows = total; total += round(n * size_t{c.stride});
   std::byte* ws = nullptr;
@@ -427,6 +454,7 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
   auto* inverse = reinterpret_cast<uint32_t*>(at(o_inverse));
   auto* n_unique = reinterpret_cast<uint32_t*>(at(o_count));
   auto* admit = reinterpret_cast<uint8_t*>(at(o_admit));
+  auto* source = reinterpret_cast<uint64_t*>(at(o_source));
   std::byte* unique_rows = at(o_rows);
 
   const uint32_t grid = blocks_for(n, kBlock);
@@ -444,9 +472,12 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
   const uint32_t warp_grid = blocks_for(n, kWarpsPerBlock);
   m.open_session();
   check(cudaStreamWaitEvent(stream, m.session_ready, 0), "cudaStreamWaitEvent");
-  fetch_rows<<<warp_grid, kBlock, 0, stream>>>(m.ref, m.cache, unique_ids, n_unique, m.device_rows, m.row_capacity,
-                                                c.stride, m.default_row, unique_rows, admit, m.counters);
-  check(cudaGetLastError(), "launching the fetch kernel");
+  locate_rows<<<warp_grid, kBlock, 0, stream>>>(m.ref, m.cache, unique_ids, n_unique, m.row_capacity, source, admit,
+                                                 m.counters);
+  check(cudaGetLastError(), "launching the locate kernel");
+  const uint32_t lanes = std::min<uint32_t>(32, c.stride / 16);
+  gather_rows<<<blocks_for(n * lanes, kBlock), kBlock, 0, stream>>>(m.cache, source, n_unique, m.device_rows,
+                                                                   m.default_row, c.stride, lanes, unique_rows);
   if (m.cache.sets) {
     admit_rows<<<warp_grid, kBlock, 0, stream>>>(m.cache, unique_ids, n_unique, admit, unique_rows, c.stride);
     if (++m.lookups % c.aging_interval == 0) {
