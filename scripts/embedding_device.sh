@@ -50,13 +50,13 @@ fi
 echo "build: $(($(date +%s) - t0)) s"
 
 t1=$(date +%s)
-(cd "$builds" && timeout 300 "$py" -m pytest -q -rs "$root/python/tests") >"$out/embedding_pytest.log" 2>&1 || status=1
+(cd "$builds" && timeout 180 "$py" -m pytest -q -rs "$root/python/tests") >"$out/embedding_pytest.log" 2>&1 || status=1
 echo "pytest: $(($(date +%s) - t1)) s"
 t1=$(date +%s)
-timeout 300 "$py" "$root/python/bench/embedding_bench.py" --out "$out" ${GPHASH_EMB_BENCH_ARGS:-} >"$out/embedding_bench.log" 2>&1 || status=1
+timeout 150 "$py" "$root/python/bench/embedding_bench.py" --out "$out" ${GPHASH_EMB_BENCH_ARGS:-} >"$out/embedding_bench.log" 2>&1 || status=1
 echo "bench: $(($(date +%s) - t1)) s"
 t1=$(date +%s)
-timeout 240 "$py" "$root/python/examples/dlrm_inference.py" ${GPHASH_DLRM_ARGS:-} >"$out/dlrm_inference.log" 2>&1 || status=1
+timeout 90 "$py" "$root/python/examples/dlrm_inference.py" ${GPHASH_DLRM_ARGS:-} >"$out/dlrm_inference.log" 2>&1 || status=1
 echo "dlrm: $(($(date +%s) - t1)) s"
 
 echo "==== summary ($(($(date +%s) - t0)) s)"
