@@ -39,6 +39,18 @@ if ! "$py" -c "import pytest" 2>/dev/null; then
 fi
 export PYTHONPATH="$builds/embedding/python:$pylib:${PYTHONPATH:-}"
 
+# The extension needs Python.h. A system Python without its -dev package: bring python3.X-dev
+# (and libpython3.X-dev) .debs in .deps/, unpacked above, and point CMake at them.
+pyinc=$("$py" -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+if [[ ! -f $pyinc/Python.h ]]; then
+  pyver=$("$py" -c "import sys; print(f'python{sys.version_info[0]}.{sys.version_info[1]}')")
+  if [[ -f /tmp/gphash-deps/usr/include/$pyver/Python.h ]]; then
+    cmake_args+=(-DPython_INCLUDE_DIR=/tmp/gphash-deps/usr/include/$pyver)
+  else
+    echo "embedding_device: no Python.h for $py ($pyinc): install ${pyver}-dev or bring its .deb in .deps/"
+    exit 1
+  fi
+fi
 build=$builds/embedding
 if ! { cmake -S "$root" -B "$build" "${cmake_args[@]}" -DGPHASH_PYTHON=ON -DGPHASH_TESTS=OFF -DGPHASH_BENCH=OFF \
          -DGPHASH_SERVER=OFF -DGPHASH_REQUIRE_CUDA=ON -DPython_EXECUTABLE="$(command -v "$py")" &&
