@@ -247,6 +247,7 @@ class EmbeddingStore:
             bags, per = ids.shape
             offsets = _arange_like(ids, 0, bags * per, per)
             ids = ids.reshape(-1)
+            include_last_offset = False  # the offsets made here have no last entry
         if offsets is not None:
             offsets = _contiguous(offsets)
             if _POOLINGS[pooling] == "none":

@@ -96,6 +96,7 @@ def test_include_last_offset_empty_bags_and_2d_ids(pool_name):
     two_d = ids[:6].reshape(3, 2)
     np.testing.assert_allclose(store.lookup(two_d, pooling="mean"),
                                reference(table, ids[:6], np.array([0, 2, 4]), "mean", 8), rtol=1e-6)
+    assert store.lookup(two_d, pooling="sum", include_last_offset=True).shape == (3, 8)
     store.close()
 
 
