@@ -1,0 +1,108 @@
+"""gphash.Table from Python: batches on NumPy arrays (and torch CPU tensors), errors, info, check, export."""
+import numpy as np
+import pytest
+
+import gphash
+
+
+def test_batch_ops_follow_their_statuses(pool_name):
+    with gphash.Table.create(pool_name, key_width=8, value_width=8) as t:
+        keys = np.arange(1, 2001, dtype=np.uint64)
+        assert (t.insert(keys, keys * 3) == gphash.OK).all()
+        assert (t.insert(keys[:10], keys[:10]) == gphash.EXISTS).all()
+        assert len(t) == 2000
+        values, status = t.search(np.concatenate([keys, np.array([9999], dtype=np.uint64)]))
+        assert (status[:-1] == gphash.OK).all() and status[-1] == gphash.NOT_FOUND
+        assert (values[:-1] == keys * 3).all()
+        assert (t.update(np.array([1, 777777], dtype=np.uint64), np.array([5, 5], dtype=np.uint64)) ==
+                [gphash.OK, gphash.NOT_FOUND]).all()
+        assert (t.upsert(np.array([1, 5000], dtype=np.uint64), np.array([6, 7], dtype=np.uint64)) == gphash.OK).all()
+        values, status = t.search(np.array([1, 5000], dtype=np.uint64))
+        assert list(values) == [6, 7]
+        assert (t.erase(keys[:100]) == gphash.OK).all()
+        assert (t.erase(keys[:1]) == gphash.NOT_FOUND).all()
+        assert len(t) == 1901
+
+
+def test_wide_keys_and_values_as_byte_rows(pool_name):
+    with gphash.Table.create(pool_name, key_width=16, value_width=40) as t:
+        rng = np.random.default_rng(1)
+        keys = rng.integers(0, 256, size=(500, 16), dtype=np.uint8)
+        keys[:, 0] = np.arange(500) % 256
+        keys[:, 1] = np.arange(500) // 256
+        values = rng.integers(0, 256, size=(500, 40), dtype=np.uint8)
+        assert (t.upsert(keys, values) == gphash.OK).all()
+        out, status = t.search(keys)
+        assert (status == gphash.OK).all() and (out == values).all()
+        with pytest.raises(gphash.Error) as e:
+            t.search(np.zeros((3, 8), dtype=np.uint8))
+        assert e.value.code == "InvalidArgument" and e.value.field == "keys"
+
+
+def test_info_check_export_and_reopen(pool_name):
+    t = gphash.Table.create(pool_name, key_width=8, value_width=8, capacity=4096)
+    keys = np.arange(10, 1010, dtype=np.uint64)
+    t.upsert(keys, keys + 1)
+    info = t.info()
+    assert info["items"] == 1000 and info["key_width"] == 8 and info["shape"] == "2L-2H-8S"
+    assert t.check()["ok"]
+    k, v = t.export()
+    order = np.argsort(k)
+    assert (k[order] == keys).all() and (v[order] == keys + 1).all()
+    t.close()
+    with pytest.raises(gphash.Error):
+        len(t)
+    assert gphash.check_pool(pool_name)["ok"]
+    assert gphash.inspect(pool_name)["items"] == 1000
+    with gphash.Table.open(pool_name) as t2:
+        v, s = t2.search(keys)
+        assert (s == gphash.OK).all() and (v == keys + 1).all()
+
+
+def test_errors_carry_codes(pool_name):
+    with pytest.raises(gphash.Error) as e:
+        gphash.Table.open(pool_name)
+    assert e.value.code == "NotFound"
+    gphash.Table.create(pool_name).close()
+    with pytest.raises(gphash.Error) as e:
+        gphash.Table.create(pool_name)
+    assert e.value.code == "PoolExists"
+    with pytest.raises(gphash.Error) as e:
+        gphash.Table.create(pool_name, replace=True, engine="tpu")
+    assert e.value.code == "InvalidArgument" and e.value.field == "engine"
+    with pytest.raises(gphash.Error) as e:
+        gphash.Table.create(pool_name, replace=True, key_width=12)
+    assert e.value.code in ("InvalidArgument", "KeyWidthMismatch")
+    assert issubclass(gphash.Error, RuntimeError)
+
+
+def test_reserved_key_is_reported_per_operation(pool_name):
+    with gphash.Table.create(pool_name) as t:
+        s = t.upsert(np.array([2**64 - 1, 3], dtype=np.uint64), np.array([1, 1], dtype=np.uint64))
+        assert list(s) == [gphash.RESERVED_KEY, gphash.OK]
+
+
+def test_torch_cpu_tensors_through_dlpack(pool_name):
+    torch = pytest.importorskip("torch")
+    with gphash.Table.create(pool_name) as t:
+        keys = torch.arange(1, 101, dtype=torch.int64)
+        assert (t.upsert(keys, keys * 2) == gphash.OK).all()
+        values, status = t.search(keys)
+        assert isinstance(values, torch.Tensor)
+        assert (status == gphash.OK).all() and (values.to(torch.int64) == keys * 2).all()
+
+
+def test_gpu_batches_on_cuda_tensors(pool_name):
+    torch = pytest.importorskip("torch")
+    if not (gphash.has_cuda and torch.cuda.is_available()):
+        pytest.skip("needs a GPU and a CUDA build")
+    with gphash.Table.create(pool_name, engine="gpu") as t:
+        keys = torch.arange(1, 100001, dtype=torch.int64, device="cuda")
+        status = t.upsert(keys, keys * 7)  # enqueued on the current stream
+        values, found = t.search(keys)     # ordered after it on the same stream
+        torch.cuda.current_stream().synchronize()
+        assert status.is_cuda and values.is_cuda
+        assert (status == gphash.OK).all() and (found == gphash.OK).all()
+        assert (values.to(torch.int64) == keys * 7).all()
+        t.last_event.wait()
+        assert len(t) == 100000

@@ -1,0 +1,522 @@
+#include "embedding/embedding_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "embedding/gpu_lookup.h"
+#include "embedding/row_file.h"
+
+namespace gphash::embedding {
+
+const char* to_string(RowType t) noexcept {
+  switch (t) {
+    case RowType::kFloat32: return "float32";
+    case RowType::kFloat16: return "float16";
+    case RowType::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+RowType parse_row_type(const std::string& n) {
+  if (n == "float32") return RowType::kFloat32;
+  if (n == "float16") return RowType::kFloat16;
+  if (n == "bfloat16") return RowType::kBFloat16;
+  throw Error(ErrorCode::kInvalidArgument, "row dtype must be float32, float16 or bfloat16, not " + n, "dtype");
+}
+
+Pooling parse_pooling(const std::string& n) {
+  if (n == "none") return Pooling::kNone;
+  if (n == "sum") return Pooling::kSum;
+  if (n == "mean") return Pooling::kMean;
+  throw Error(ErrorCode::kInvalidArgument, "pooling must be sum, mean or none, not " + n, "pooling");
+}
+
+Initializer parse_initializer(const std::string& n) {
+  if (n == "default") return Initializer::kDefault;
+  if (n == "uniform") return Initializer::kUniform;
+  if (n == "normal") return Initializer::kNormal;
+  throw Error(ErrorCode::kInvalidArgument, "initializer must be default, uniform or normal, not " + n, "initializer");
+}
+
+uint32_t row_stride(uint32_t row_bytes) {
+  if (row_bytes <= 32) return 32;
+  if (row_bytes <= 64) return 64;
+  return (row_bytes + 127) / 128 * 128;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: value = man * 2^-24
+      float f = std::ldexp(static_cast<float>(man), -24);
+      std::memcpy(&bits, &f, 4);
+      bits |= sign;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0);  // inf / nan
+  if (ax >= 0x477ff000u) return sign | 0x7c00;                                    // overflow to inf
+  if (ax < 0x38800000u) {  // subnormal or zero in half: round value * 2^24 to nearest even
+    float a;
+    std::memcpy(&a, &ax, 4);
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  }
+  const uint32_t rounded = ax + 0x0fffu + ((ax >> 13) & 1);  // round to nearest even on bit 13
+  return sign | static_cast<uint16_t>((rounded - (112u << 23)) >> 13);
+}
+
+float bfloat16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t float_to_bfloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet nan
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+namespace {
+
+float load(RowType t, const std::byte* row, uint32_t j) {
+  if (t == RowType::kFloat32) {
+    float f;
+    std::memcpy(&f, row + 4 * j, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, row + 2 * j, 2);
+  return t == RowType::kFloat16 ? half_to_float(h) : bfloat16_to_float(h);
+}
+
+void store(RowType t, std::byte* row, uint32_t j, float v) {
+  if (t == RowType::kFloat32) {
+    std::memcpy(row + 4 * j, &v, 4);
+    return;
+  }
+  const uint16_t h = t == RowType::kFloat16 ? float_to_half(v) : float_to_bfloat16(v);
+  std::memcpy(row + 2 * j, &h, 2);
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void check_ids(const int64_t* ids, size_t n) {
+  if (n && !ids) throw Error(ErrorCode::kInvalidArgument, "ids are missing", "ids");
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] == -1 || ids[i] == -2)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "ids -1 and -2 are reserved (the index's empty and busy markers): map them to other ids", "ids");
+}
+
+}  // namespace
+
+struct EmbeddingStore::Impl {
+  Impl(Table t, RowFile r, const StoreOptions& o) : table(std::move(t)), rows(std::move(r)), options(o) {}
+  Table table;
+  RowFile rows;
+  StoreOptions options;
+  std::vector<uint64_t> free_rows;
+  StoreStats counts;
+  std::unique_ptr<GpuLookup> gpu;
+  std::mutex mu;  // writes and host lookups of one store run one at a time
+  bool closed = false;
+
+  RowType dtype() const { return static_cast<RowType>(rows.header().dtype); }
+  uint32_t dim() const { return rows.header().dim; }
+  uint32_t row_bytes() const { return dim() * element_bytes(dtype()); }
+
+  void check_open() const {
+    if (closed) throw Error(ErrorCode::kInvalidArgument, "the embedding store is closed", "store");
+  }
+
+  uint64_t allocate_row() {
+    if (!free_rows.empty()) {
+      const uint64_t r = free_rows.back();
+      free_rows.pop_back();
+      return r;
+    }
+    RowFileHeader& h = rows.header();
+    if (h.next_row >= h.capacity)
+      throw Error(ErrorCode::kNoSpace,
+                  "the row file is full (" + std::to_string(h.capacity) + " rows): create the store with a larger capacity",
+                  "capacity");
+    // The bump is visible before the row is used, so a crash never hands a row out twice.
+    return h.next_row++;
+  }
+
+  // The GPU lookups keep a device session open; other uses of the table end it first.
+  void quiesce() {
+    if (gpu) gpu->pause();
+  }
+
+  // Searches `n` ids; row index per id, ~0 when missing.
+  std::vector<uint64_t> find_rows(const int64_t* ids, size_t n) {
+    quiesce();
+    std::vector<uint64_t> where(n, ~uint64_t{0});
+    std::vector<OpStatus> status(n);
+    if (n == 0) return where;
+    table.execute({.size = n, .key_width = 8, .value_width = 8, .op = Op::kSearch, .keys = ids,
+                   .values_out = where.data(), .status = status.data()});
+    for (size_t i = 0; i < n; ++i)
+      if (status[i] != OpStatus::kOk) where[i] = ~uint64_t{0};
+    return where;
+  }
+
+  void default_row(std::byte* out) const {
+    for (uint32_t j = 0; j < dim(); ++j) store(dtype(), out, j, rows.header().default_value);
+  }
+
+  // Rebuilds the free list: rows below next_row that no ID points to (a crash between writing a
+  // row and publishing its ID, or between repointing an ID and freeing its old row).
+  void rebuild_free_list() {
+    const uint64_t used = rows.header().next_row;
+    std::vector<uint8_t> referenced(used, 0);
+    ExportCursor cursor;
+    std::vector<int64_t> keys(1 << 16);
+    std::vector<uint64_t> where(1 << 16);
+    while (!cursor.done()) {
+      const size_t got = table.export_items(cursor, keys.data(), where.data(), keys.size());
+      for (size_t i = 0; i < got; ++i)
+        if (where[i] < used) referenced[where[i]] = 1;
+    }
+    free_rows.clear();
+    for (uint64_t r = used; r-- > 0;)
+      if (!referenced[r]) free_rows.push_back(r);
+    counts.rows_reclaimed = free_rows.size();
+  }
+
+  void start_gpu() {
+    if (options.engine != EngineKind::kGpu) return;
+    if (!gpu_lookup_available())
+      throw Error(ErrorCode::kNoGpu, "this build of gphash has no CUDA: the embedding store's GPU lookup is not available", "engine");
+    const RowFileHeader& h = rows.header();
+    gpu = make_gpu_lookup(table, rows.data(), rows.data_bytes(),
+                          {h.dim, h.stride, dtype(), h.default_value, options.cache_bytes, options.cache_ways,
+                           options.aging_interval});
+  }
+};
+
+EmbeddingStore::EmbeddingStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EmbeddingStore::EmbeddingStore(EmbeddingStore&&) noexcept = default;
+EmbeddingStore& EmbeddingStore::operator=(EmbeddingStore&&) noexcept = default;
+EmbeddingStore::~EmbeddingStore() {
+  if (impl_ && !impl_->closed) {
+    try {
+      close();
+    } catch (...) {
+    }
+  }
+}
+
+static OpenOptions table_options(const StoreOptions& o) {
+  if (o.cache_ways == 0 || o.cache_ways > 32)
+    throw Error(ErrorCode::kInvalidArgument, "cache_ways must be 1..32", "cache_ways");
+  if (o.aging_interval == 0) throw Error(ErrorCode::kInvalidArgument, "aging_interval must be at least 1", "aging_interval");
+  OpenOptions t;
+  t.engine = o.engine;
+  t.threads = o.threads;
+  t.replace = o.replace;
+  return t;
+}
+
+EmbeddingStore EmbeddingStore::create(const std::string& pool, const StoreConfig& c, const StoreOptions& o) {
+  if (c.dim < 1 || c.dim > 1024)
+    throw Error(ErrorCode::kInvalidArgument, "dim must be 1..1024, not " + std::to_string(c.dim), "dim");
+  if (c.capacity == 0) throw Error(ErrorCode::kInvalidArgument, "capacity must be at least 1 row", "capacity");
+  const OpenOptions topt = table_options(o);
+  Table table = Table::create(pool, {.key_width = 8, .value_width = 8, .capacity = c.capacity}, topt);
+  const uint32_t stride = row_stride(c.dim * element_bytes(c.dtype));
+  auto impl = std::make_unique<Impl>(
+      std::move(table), RowFile::create(pool, static_cast<uint32_t>(c.dtype), c.dim, stride, c.capacity, c.default_value, true), o);
+  impl->start_gpu();
+  return EmbeddingStore(std::move(impl));
+}
+
+EmbeddingStore EmbeddingStore::open(const std::string& pool, const StoreOptions& o) {
+  const OpenOptions topt = table_options(o);
+  Table table = Table::open(pool, topt);
+  if (table.key_width() != 8 || table.value_width() != 8)
+    throw Error(ErrorCode::kKeyWidthMismatch, "pool " + pool + " is not an embedding store's index (key and value width must be 8)", "pool");
+  auto impl = std::make_unique<Impl>(std::move(table), RowFile::open(pool), o);
+  impl->rebuild_free_list();
+  impl->counts.reclaimed_rows = impl->counts.rows_reclaimed > 0;
+  impl->start_gpu();
+  return EmbeddingStore(std::move(impl));
+}
+
+uint32_t EmbeddingStore::dim() const { return impl_->dim(); }
+RowType EmbeddingStore::dtype() const { return impl_->dtype(); }
+uint64_t EmbeddingStore::size() const { return impl_->table.size(); }
+const Table& EmbeddingStore::table() const { return impl_->table; }
+
+StoreStats EmbeddingStore::stats() const {
+  impl_->check_open();
+  std::lock_guard lock(impl_->mu);
+  impl_->quiesce();
+  StoreStats s = impl_->counts;
+  s.items = impl_->table.size();
+  s.capacity = impl_->rows.header().capacity;
+  s.rows_used = impl_->rows.header().next_row - impl_->free_rows.size();
+  if (impl_->gpu) {
+    const GpuCounters g = impl_->gpu->counters();
+    s.cache_hits = g.hits;
+    s.cache_misses = g.misses;
+    s.missing_ids += g.missing;
+    s.unique_ids += g.unique;
+    s.cache_rows = impl_->gpu->cache_rows();
+  }
+  return s;
+}
+
+void EmbeddingStore::insert_or_assign(const int64_t* ids, size_t n, const void* rows_in) {
+  Impl& m = *impl_;
+  m.check_open();
+  check_ids(ids, n);
+  if (n && !rows_in) throw Error(ErrorCode::kInvalidArgument, "rows are missing", "rows");
+  std::lock_guard lock(m.mu);
+  // The last row of a repeated ID wins: keep one entry per ID, at its last position.
+  std::unordered_map<int64_t, size_t> last;
+  last.reserve(n);
+  for (size_t i = 0; i < n; ++i) last[ids[i]] = i;
+  std::vector<int64_t> keys;
+  std::vector<size_t> from;
+  keys.reserve(last.size());
+  for (size_t i = 0; i < n; ++i)
+    if (last[ids[i]] == i) keys.push_back(ids[i]), from.push_back(i);
+  const std::vector<uint64_t> old = m.find_rows(keys.data(), keys.size());
+  std::vector<uint64_t> fresh(keys.size());
+  const uint32_t rb = m.row_bytes();
+  size_t allocated = 0;
+  try {
+    for (size_t k = 0; k < keys.size(); ++k, ++allocated) {
+      fresh[k] = m.allocate_row();
+      std::byte* dst = m.rows.row(fresh[k]);
+      std::memcpy(dst, static_cast<const std::byte*>(rows_in) + from[k] * rb, rb);
+      std::memset(dst + rb, 0, m.rows.header().stride - rb);
+    }
+  } catch (...) {
+    for (size_t k = 0; k < allocated; ++k) m.free_rows.push_back(fresh[k]);
+    throw;
+  }
+  // Rows first, then the index entries that point to them (DESIGN.md section 3: the Table's
+  // upsert is the commit; an ID is never published before its row).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  m.rows.persist();
+  std::vector<OpStatus> status(keys.size());
+  if (!keys.empty())
+    m.table.execute({.size = keys.size(), .key_width = 8, .value_width = 8, .op = Op::kUpsert, .keys = keys.data(),
+                     .values = fresh.data(), .status = status.data()});
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (status[k] != OpStatus::kOk) {
+      m.free_rows.push_back(fresh[k]);
+      throw Error(ErrorCode::kNoSpace, std::string("the index refused id ") + std::to_string(keys[k]) + ": " + to_string(status[k]), "ids");
+    }
+    if (old[k] != ~uint64_t{0}) m.free_rows.push_back(old[k]);
+  }
+  if (m.gpu) m.gpu->invalidate(keys.data(), keys.size());
+}
+
+size_t EmbeddingStore::erase(const int64_t* ids, size_t n) {
+  Impl& m = *impl_;
+  m.check_open();
+  check_ids(ids, n);
+  std::lock_guard lock(m.mu);
+  std::vector<int64_t> keys(ids, ids + n);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  const std::vector<uint64_t> old = m.find_rows(keys.data(), keys.size());
+  std::vector<OpStatus> status(keys.size());
+  if (!keys.empty())
+    m.table.execute({.size = keys.size(), .key_width = 8, .value_width = 8, .op = Op::kErase, .keys = keys.data(),
+                     .status = status.data()});
+  size_t erased = 0;
+  for (size_t k = 0; k < keys.size(); ++k)
+    if (status[k] == OpStatus::kOk) {
+      ++erased;
+      if (old[k] != ~uint64_t{0}) m.free_rows.push_back(old[k]);
+    }
+  if (m.gpu) m.gpu->invalidate(keys.data(), keys.size());
+  return erased;
+}
+
+size_t EmbeddingStore::find_or_insert(const int64_t* ids, size_t n, void* rows_out, Initializer init, float scale,
+                                      uint64_t seed) {
+  Impl& m = *impl_;
+  m.check_open();
+  check_ids(ids, n);
+  const uint32_t rb = m.row_bytes();
+  std::vector<int64_t> missing;
+  {
+    std::lock_guard lock(m.mu);
+    const std::vector<uint64_t> where = m.find_rows(ids, n);
+    for (size_t i = 0; i < n; ++i)
+      if (where[i] == ~uint64_t{0}) missing.push_back(ids[i]);
+  }
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  if (!missing.empty()) {
+    std::vector<std::byte> fill(missing.size() * rb);
+    for (size_t k = 0; k < missing.size(); ++k) {
+      std::byte* row = fill.data() + k * rb;
+      for (uint32_t j = 0; j < m.dim(); ++j) {
+        float v = m.rows.header().default_value;
+        // Reproducible per (seed, id, element), so a replay gives the same rows.
+        const uint64_t r1 = mix(seed ^ mix(static_cast<uint64_t>(missing[k]) * 1315423911ull + j));
+        const double u1 = (static_cast<double>(r1 >> 11) + 0.5) / 9007199254740992.0;
+        if (init == Initializer::kUniform) {
+          v = static_cast<float>((2 * u1 - 1) * scale);
+        } else if (init == Initializer::kNormal) {
+          const double u2 = (static_cast<double>(mix(r1) >> 11) + 0.5) / 9007199254740992.0;
+          v = static_cast<float>(std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2) * scale);
+        }
+        store(m.dtype(), row, j, v);
+      }
+    }
+    insert_or_assign(missing.data(), missing.size(), fill.data());
+  }
+  if (rows_out) lookup_host(ids, n, nullptr, 0, false, Pooling::kNone, rows_out);
+  return missing.size();
+}
+
+void EmbeddingStore::lookup_host(const int64_t* ids, size_t n, const int64_t* offsets, size_t n_offsets,
+                                 bool include_last, Pooling pooling, void* out, uint8_t* found) {
+  Impl& m = *impl_;
+  m.check_open();
+  if (n && !ids) throw Error(ErrorCode::kInvalidArgument, "ids are missing", "ids");
+  if (!out) throw Error(ErrorCode::kInvalidArgument, "the output array is missing", "out");
+  const bool bags = offsets != nullptr;
+  if (pooling == Pooling::kNone && bags)
+    throw Error(ErrorCode::kInvalidArgument, "offsets need pooling sum or mean", "offsets");
+  if (pooling != Pooling::kNone && !bags)
+    throw Error(ErrorCode::kInvalidArgument, "pooling sum or mean needs offsets (bags)", "offsets");
+  size_t n_bags = 0;
+  if (bags) {
+    if (include_last && n_offsets == 0)
+      throw Error(ErrorCode::kInvalidArgument, "include_last_offset needs at least one offset", "offsets");
+    n_bags = include_last ? n_offsets - 1 : n_offsets;
+    if (n_offsets > 0 && offsets[0] != 0) throw Error(ErrorCode::kInvalidArgument, "offsets[0] must be 0", "offsets");
+    for (size_t b = 0; b < n_offsets; ++b)
+      if (offsets[b] < 0 || static_cast<uint64_t>(offsets[b]) > n || (b && offsets[b] < offsets[b - 1]))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "offsets must be non-decreasing, within 0..len(ids); offsets[" + std::to_string(b) + "] = " +
+                        std::to_string(offsets[b]), "offsets");
+    if (include_last && static_cast<uint64_t>(offsets[n_offsets - 1]) != n)
+      throw Error(ErrorCode::kInvalidArgument, "with include_last_offset the last offset must be len(ids)", "offsets");
+  }
+  std::vector<uint64_t> where;
+  {
+    std::lock_guard lock(m.mu);
+    where = m.find_rows(ids, n);
+  }
+  const RowType t = m.dtype();
+  const uint32_t d = m.dim(), rb = m.row_bytes();
+  std::vector<std::byte> fallback(rb);
+  m.default_row(fallback.data());
+  auto row_of = [&](size_t i) -> const std::byte* { return where[i] == ~uint64_t{0} ? fallback.data() : m.rows.row(where[i]); };
+  size_t missing = 0;
+  for (size_t i = 0; i < n; ++i) {
+    missing += where[i] == ~uint64_t{0};
+    if (found) found[i] = where[i] != ~uint64_t{0};
+  }
+  auto* dst = static_cast<std::byte*>(out);
+  if (!bags) {
+    for (size_t i = 0; i < n; ++i) std::memcpy(dst + i * rb, row_of(i), rb);
+  } else {
+    std::vector<float> acc(d);
+    for (size_t b = 0; b < n_bags; ++b) {
+      const size_t begin = offsets[b], end = b + 1 < n_offsets ? offsets[b + 1] : n;
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (size_t i = begin; i < end; ++i)
+        for (uint32_t j = 0; j < d; ++j) acc[j] += load(t, row_of(i), j);
+      const float scale = pooling == Pooling::kMean && end > begin ? 1.f / static_cast<float>(end - begin) : 1.f;
+      for (uint32_t j = 0; j < d; ++j) store(t, dst + b * rb, j, acc[j] * scale);
+    }
+  }
+  std::lock_guard lock(m.mu);
+  m.counts.lookups++;
+  m.counts.ids_looked_up += n;
+  m.counts.missing_ids += missing;
+}
+
+void EmbeddingStore::lookup_device(const int64_t* ids, size_t n, const int64_t* offsets, size_t n_offsets,
+                                   bool include_last, Pooling pooling, void* out, CUstream_st* stream) {
+  Impl& m = *impl_;
+  m.check_open();
+  if (!m.gpu)
+    throw Error(ErrorCode::kInvalidArgument, "lookups on GPU arrays need a store opened with the GPU engine", "engine");
+  const bool bags = offsets != nullptr;
+  if (pooling == Pooling::kNone && bags)
+    throw Error(ErrorCode::kInvalidArgument, "offsets need pooling sum or mean", "offsets");
+  if (pooling != Pooling::kNone && !bags)
+    throw Error(ErrorCode::kInvalidArgument, "pooling sum or mean needs offsets (bags)", "offsets");
+  if (bags && include_last && n_offsets == 0)
+    throw Error(ErrorCode::kInvalidArgument, "include_last_offset needs at least one offset", "offsets");
+  std::lock_guard lock(m.mu);
+  m.gpu->lookup(ids, n, offsets, n_offsets, include_last, pooling, out, stream);
+  m.counts.lookups++;
+  m.counts.ids_looked_up += n;
+}
+
+size_t EmbeddingStore::export_rows(int64_t* ids, void* rows_out, size_t capacity) {
+  Impl& m = *impl_;
+  m.check_open();
+  std::lock_guard lock(m.mu);
+  m.quiesce();
+  const uint32_t rb = m.row_bytes();
+  ExportCursor cursor;
+  std::vector<uint64_t> where(capacity);
+  size_t total = 0;
+  while (!cursor.done()) {
+    if (total == capacity) {  // full: the cursor may still have to learn that it is at the end
+      int64_t spare_id;
+      uint64_t spare_row;
+      if (m.table.export_items(cursor, &spare_id, &spare_row, 1) != 0)
+        throw Error(ErrorCode::kInvalidArgument, "export needs room for every item: capacity " + std::to_string(capacity) +
+                                                     " < " + std::to_string(m.table.size()), "capacity");
+      continue;
+    }
+    total += m.table.export_items(cursor, ids + total, where.data() + total, capacity - total);
+  }
+  for (size_t i = 0; i < total; ++i) std::memcpy(static_cast<std::byte*>(rows_out) + i * rb, m.rows.row(where[i]), rb);
+  return total;
+}
+
+void EmbeddingStore::close() {
+  Impl& m = *impl_;
+  if (m.closed) return;
+  std::lock_guard lock(m.mu);
+  m.gpu.reset();
+  m.rows.persist();
+  m.table.close();
+  m.closed = true;
+}
+
+}  // namespace gphash::embedding
