@@ -16,15 +16,8 @@ out=${GPHASH_OUT:-$builds/out}
 mkdir -p "$builds" "$out"
 py=${PYTHON:-python3}
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
-if [[ -d "$root/.deps" ]] && ls "$root"/.deps/*.deb >/dev/null 2>&1; then
-  deps=/tmp/gphash-deps
-  mkdir -p "$deps"
-  for f in "$root"/.deps/*.deb; do dpkg -x "$f" "$deps"; done
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  export PATH="$deps/usr/bin:$PATH"
-  cmake_args+=(-DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu"
-               -DCMAKE_INCLUDE_PATH="$deps/usr/include")
-fi
+source "$root/scripts/offline_deps.sh"
+offline_deps "$root" || true
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 status=0
 t0=$(date +%s)

@@ -21,17 +21,8 @@ builds=$root/build-device
 out=${GPHASH_OUT:-$builds/out}
 mkdir -p "$builds" "$out"
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
-if [[ -d "$root/.deps" ]] && ls "$root"/.deps/*.deb >/dev/null 2>&1; then
-  deps=/tmp/gphash-deps
-  mkdir -p "$deps"
-  for f in "$root"/.deps/*.deb; do dpkg -x "$f" "$deps"; done
-  export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
-  export PATH="$deps/usr/bin:$PATH"
-  cmake_args+=(-DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu"
-               -DCMAKE_INCLUDE_PATH="$deps/usr/include")
-else
-  "$root/scripts/deps.sh"
-fi
+source "$root/scripts/offline_deps.sh"
+offline_deps "$root" || "$root/scripts/deps.sh"
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 jobs=$(nproc)

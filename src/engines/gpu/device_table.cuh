@@ -41,6 +41,17 @@ __device__ __forceinline__ uint8_t load_volatile(const uint8_t* p) { return *rei
 
 __device__ __forceinline__ bool aligned(const void* p, unsigned a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
+// One lane copies n bytes (outputs in GPU memory; into the pool only through PoolWrites::copy).
+__device__ inline void lane_copy(std::byte* dst, const std::byte* src, uint32_t n) {
+  if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
+    for (uint32_t k = 0; k < n; k += 16) *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
+  } else if (n % 8 == 0 && aligned(dst, 8) && aligned(src, 8)) {
+    for (uint32_t k = 0; k < n; k += 8) *reinterpret_cast<uint64_t*>(dst + k) = *reinterpret_cast<const uint64_t*>(src + k);
+  } else {
+    for (uint32_t k = 0; k < n; ++k) dst[k] = src[k];
+  }
+}
+
 #if GPHASH_CRASH_POINTS
 // Crash injection (crash-test builds only): a trap after the N-th store to the pool.
 struct CrashCountdown {
@@ -90,13 +101,7 @@ struct PoolWrites {
   // One lane copies n bytes into the pool.
   __device__ void copy(std::byte* dst, const std::byte* src, uint32_t n) const {
     count();
-    if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
-      for (uint32_t k = 0; k < n; k += 16) *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
-    } else if (n % 8 == 0 && aligned(dst, 8) && aligned(src, 8)) {
-      for (uint32_t k = 0; k < n; k += 8) *reinterpret_cast<uint64_t*>(dst + k) = *reinterpret_cast<const uint64_t*>(src + k);
-    } else {
-      for (uint32_t k = 0; k < n; ++k) dst[k] = src[k];
-    }
+    lane_copy(dst, src, n);
     mark(dst, n);
   }
   // The persist barrier: stores before it reach the persistence domain before stores after it.

@@ -46,17 +46,6 @@ struct BatchView {
 
 // ---- byte copies -------------------------------------------------------------------------
 
-// One lane copies n bytes (into GPU memory: outputs; pool writes go through PoolWrites::copy).
-__device__ inline void lane_copy(std::byte* dst, const std::byte* src, uint32_t n) {
-  if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
-    for (uint32_t k = 0; k < n; k += 16) *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
-  } else if (n % 8 == 0 && aligned(dst, 8) && aligned(src, 8)) {
-    for (uint32_t k = 0; k < n; k += 8) *reinterpret_cast<uint64_t*>(dst + k) = *reinterpret_cast<const uint64_t*>(src + k);
-  } else {
-    for (uint32_t k = 0; k < n; ++k) dst[k] = src[k];
-  }
-}
-
 // The warp copies n bytes, each lane a slice; with `pool` the destination is in the pool and the
 // stores go through its write path.
 __device__ inline void warp_copy(std::byte* dst, const std::byte* src, uint32_t n, int lane, const PoolWrites* pool) {
