@@ -11,6 +11,8 @@
 #include "engines/cpu/cpu_engine.h"
 #include "engines/engine.h"
 #include "format/header.h"
+#include "format/hmeh/layout.h"
+#include "indexes/hmeh/hmeh.h"
 #include "pool/pool.h"
 #if GPHASH_HAVE_CUDA
 #include "engines/gpu/gpu_engine.h"
@@ -28,7 +30,16 @@ struct Table::Impl {
 
 namespace {
 
+[[noreturn]] void refuse_gpu_on_hmeh() {
+  throw Error(ErrorCode::kInvalidArgument,
+              "the GPU engine works on GPHash pools only; this pool holds an HMEH index: use the CPU engine", "engine");
+}
+
 std::unique_ptr<engine::Engine> make_engine(pool::Pool& pool, const OpenOptions& options) {
+  if (pool.header().index_kind == format::kIndexHmeh) {
+    if (options.engine != EngineKind::kCpu) refuse_gpu_on_hmeh();
+    return hmeh::open_engine(pool, hmeh::engine_options(options));
+  }
   if (options.engine == EngineKind::kCpu) return engine::make_cpu_engine(pool, options);
 #if GPHASH_HAVE_CUDA
   return engine::make_gpu_engine(pool, options);
@@ -38,6 +49,14 @@ std::unique_ptr<engine::Engine> make_engine(pool::Pool& pool, const OpenOptions&
 }
 
 bool needs_value(Op op) { return op == Op::kInsert || op == Op::kUpsert || op == Op::kUpdate; }
+
+// The widths of the pool's index, whichever it is.
+uint32_t key_width_of(const format::PoolHeader& h) {
+  return h.index_kind == format::kIndexHmeh ? h.hmeh.key_width : h.gphash.key_width;
+}
+uint32_t value_width_of(const format::PoolHeader& h) {
+  return h.index_kind == format::kIndexHmeh ? h.hmeh.value_width : h.gphash.value_width;
+}
 
 }  // namespace
 
@@ -55,10 +74,14 @@ Table::~Table() {
 }
 
 Table Table::create(const std::string& pool_spec, const TableConfig& config, const OpenOptions& options) {
+  if (config.index == IndexKind::kHmeh && options.engine != EngineKind::kCpu) refuse_gpu_on_hmeh();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace});
-  engine::TableMeta::initialize(*impl->pool, config);
+  if (config.index == IndexKind::kHmeh)
+    hmeh::initialize(*impl->pool, config);
+  else
+    engine::TableMeta::initialize(*impl->pool, config);
   impl->pool->publish();
   impl->engine = make_engine(*impl->pool, options);
   return Table(std::move(impl));
@@ -77,9 +100,9 @@ void Table::execute(const Batch& b) {
   if (b.size == 0) return;
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
-  if (b.key_width != h.gphash.key_width)
+  if (b.key_width != key_width_of(h))
     throw Error(ErrorCode::kKeyWidthMismatch,
-                fmt::format("key width mismatch: pool has {}, batch gives {}", h.gphash.key_width, b.key_width), "key_width");
+                fmt::format("key width mismatch: pool has {}, batch gives {}", key_width_of(h), b.key_width), "key_width");
   bool writes = false, values_needed = false;
   for (size_t i = 0; i < b.size; ++i) {
     const Op op = b.ops ? b.ops[i] : b.op;
@@ -92,9 +115,9 @@ void Table::execute(const Batch& b) {
   }
   if (values_needed && !b.values)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: insert, upsert and update need values");
-  if ((values_needed || b.values_out) && b.value_width != h.gphash.value_width)
+  if ((values_needed || b.values_out) && b.value_width != value_width_of(h))
     throw Error(ErrorCode::kValueWidthMismatch,
-                fmt::format("value width mismatch: pool has {}, batch gives {}", h.gphash.value_width, b.value_width),
+                fmt::format("value width mismatch: pool has {}, batch gives {}", value_width_of(h), b.value_width),
                 "value_width");
   if (writes && impl_->pool->read_only())
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", impl_->pool->path()));
@@ -111,16 +134,42 @@ void Table::execute(const Batch& b) {
   }
 }
 
-uint32_t Table::key_width() const { return impl_->pool->header().gphash.key_width; }
-uint32_t Table::value_width() const { return impl_->pool->header().gphash.value_width; }
+uint32_t Table::key_width() const { return key_width_of(impl_->pool->header()); }
+uint32_t Table::value_width() const { return value_width_of(impl_->pool->header()); }
 uint64_t Table::size() const { return impl_->engine->item_count(); }
 
 namespace {
+
+// An HMEH pool: the shape and levels say nothing (left zero); slots counts the segment arena's
+// slots (inspect) or the directory's segments' (an open table), heap cells the heap arena's.
+TableInfo info_from_hmeh_header(const format::PoolHeader& h, TableInfo i) {
+  const format::HmehMeta& m = h.hmeh;
+  auto units = [](uint64_t first, uint32_t chunks) { return format::HeapGeometry{first, 0}.chunk_begin(chunks); };
+  i.index = "hmeh";
+  i.key_width = m.key_width;
+  i.value_width = m.value_width;
+  i.shape = {0, 0, 0};
+  i.hash_seed = m.hash_seed;
+  i.items = h.item_count;
+  i.slots = units(m.segment_first_chunk, m.segment_chunk_count) * (uint64_t{1} << m.segment_bytes_log2) /
+            format::hmeh::slot_bytes(m.key_width);
+  i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
+  i.heap_cells = format::value_is_inline(m.value_width) ? 0 : units(m.heap_first_chunk_cells, m.heap_chunk_count);
+  i.cell_size = m.cell_size;
+  return i;
+}
 
 TableInfo info_from_header(const format::PoolHeader& h, const std::string& path, pool::PoolKind kind, uint64_t file_size) {
   TableInfo i;
   i.path = path;
   i.pool_kind = pool::to_string(kind);
+  i.pool_bytes = file_size;
+  i.clean_shutdown = h.clean_shutdown != 0;
+  i.generation = h.generation;
+  i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
+  i.value_checksums = format::has_value_checksums(h);
+  for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
+  if (h.index_kind == format::kIndexHmeh) return info_from_hmeh_header(h, i);
   i.index = h.index_kind == format::kIndexGphash ? "gphash" : "unknown";
   i.key_width = h.gphash.key_width;
   i.value_width = h.gphash.value_width;
@@ -131,15 +180,9 @@ TableInfo info_from_header(const format::PoolHeader& h, const std::string& path,
   i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
   i.bottom_level = h.gphash.bottom_level;
   i.top_level = format::top_level(h);
-  i.pool_bytes = file_size;
   i.heap_cells = format::heap_cell_capacity(h);
   i.cell_size = h.gphash.cell_size;
-  i.clean_shutdown = h.clean_shutdown != 0;
   i.resizing = h.gphash.resize_state != format::kResizeNone;
-  i.generation = h.generation;
-  i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
-  i.value_checksums = format::has_value_checksums(h);
-  for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
   return i;
 }
 
@@ -161,8 +204,10 @@ TableInfo Table::info() const {
   i.items = impl_->engine->item_count();
   if (s.slots) {
     i.slots = s.slots;
-    i.bottom_level = s.bottom_level;
-    i.top_level = s.bottom_level + i.shape.levels - 1;
+    if (i.index == "gphash") {
+      i.bottom_level = s.bottom_level;
+      i.top_level = s.bottom_level + i.shape.levels - 1;
+    }
   }
   i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
   i.recovered = s.recovered;
@@ -189,7 +234,9 @@ CheckResult Table::check(int threads) const {
   std::unique_lock lock(impl_->batches);
   impl_->engine->save();  // a GPU-memory table is checked as saved
   if (threads <= 0) threads = std::max(1, omp_get_max_threads());
-  engine::CheckReport r = engine::check_table(*impl_->pool, threads, impl_->engine->item_count());
+  const engine::CheckReport r = impl_->pool->header().index_kind == format::kIndexHmeh
+                                    ? hmeh::check_index(*impl_->pool, threads, impl_->engine->item_count())
+                                    : engine::check_table(*impl_->pool, threads, impl_->engine->item_count());
   return {r.ok, r.violation, r.items};
 }
 
