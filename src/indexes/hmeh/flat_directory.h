@@ -120,6 +120,8 @@ class FlatDirectory {
     return t->entries[format::hmeh::prefix_of(hash, t->depth)].load(std::memory_order_acquire);
   }
   uint32_t global_depth() const { return current_.load(std::memory_order_acquire)->depth; }
+  // Called with every range of entries a change wrote (the factor analysis's baseline only).
+  void set_persist(std::function<void(const void*, size_t)> persist) { persist_ = std::move(persist); }
   uint64_t version() const { return version_.load(std::memory_order_acquire); }
   uint64_t doublings() const { return doublings_; }
 
@@ -136,6 +138,7 @@ class FlatDirectory {
     const uint32_t shift = t->depth - depth;
     const uint64_t first = prefix << shift, count = uint64_t{1} << shift;
     for (uint64_t i = 0; i < count; ++i) t->entries[first + i].store(id, std::memory_order_release);
+    if (persist_) persist_(&t->entries[first], count * sizeof(uint32_t));
     version_.fetch_add(1, std::memory_order_release);
     return doubled;
   }
@@ -167,6 +170,7 @@ class FlatDirectory {
       t->entries[2 * i].store(id, std::memory_order_relaxed);
       t->entries[2 * i + 1].store(id, std::memory_order_relaxed);
     }
+    if (persist_) persist_(&t->entries[0], 2 * n * sizeof(uint32_t));
     Table* raw = t.get();
     tables_.push_back(std::move(t));
     current_.store(raw, std::memory_order_release);
@@ -178,6 +182,7 @@ class FlatDirectory {
   std::vector<std::unique_ptr<Table>> tables_;  // the current one last; the others are retired
   std::atomic<uint64_t> version_{0};
   uint64_t doublings_ = 0;
+  std::function<void(const void*, size_t)> persist_;
 };
 
 }  // namespace gphash::hmeh

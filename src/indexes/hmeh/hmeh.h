@@ -26,6 +26,10 @@ struct EngineOptions {
   // default) or by hash bits the directory and buckets do not use (threads share every segment
   // and bucket: what the concurrency tests need).
   bool shard_by_prefix = true;
+  // The factor analysis's baseline (bench/hmeh_bench.cpp): write back every change of the flat
+  // directory with the pool's persist barrier, the cost of a directory that lives in persistent
+  // memory, as plain extendible hashing keeps it.
+  bool persist_flat_directory = false;
 };
 
 struct HmehStats {

@@ -212,6 +212,8 @@ class HmehEngine final : public Index {
     stats_.recovered = dirty;
     stats_.open_seconds = seconds(t0, t3);
     if (dirty) stats_.recovery_seconds = stats_.open_seconds;
+    // Not pool memory, so not through the seam: only the barrier's cost is wanted here.
+    if (options.persist_flat_directory) flat_.set_persist([this](const void* p, size_t n) { pool_.persist(p, n); });
   }
 
   ~HmehEngine() override {
