@@ -12,8 +12,9 @@ namespace {
 
 [[noreturn]] void corrupt(uint64_t node, uint32_t entry, const std::string& why) {
   throw Error(ErrorCode::kCorruptTable,
-              fmt::format("corrupt radix directory: node {} entry {} {}; run `gphash check` on the pool", node, entry,
-                          why));
+              fmt::format("corrupt radix directory: node {} entry {} {} (the directory is damaged and cannot be "
+                          "rebuilt from the segments: restore the pool from a copy)",
+                          node, entry, why));
 }
 
 uint64_t load_entry(const Arenas& arenas, uint64_t node, uint32_t e) {
