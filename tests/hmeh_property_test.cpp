@@ -101,9 +101,10 @@ TEST_P(HmehProperty, MatchesSequentialModelAcrossSplitsReopensAndRecoveries) {
       const bool reserved = c.key_width == 8 && (key == keys[0] || key == keys[1] || key == keys[2]);
       const OpStatus expected = reserved ? OpStatus::kReservedKey : model.apply(ops[i], key, value, &found);
       ASSERT_EQ(status[i], expected) << "round " << round << " index " << i << " op " << to_string(ops[i]);
-      if (ops[i] == Op::kSearch && expected == OpStatus::kOk)
+      if (ops[i] == Op::kSearch && expected == OpStatus::kOk) {
         ASSERT_TRUE(std::string(out.data() + i * c.value_width, c.value_width) == found)
             << "value differs, round " << round << " index " << i;
+      }
     }
     ASSERT_EQ(table->size(), model.size()) << "round " << round;
     splits += table->info().resizes;

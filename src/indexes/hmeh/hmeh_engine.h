@@ -273,13 +273,14 @@ class HmehEngine final : public Index {
         resolve_heap_full(b, op_index(order, next[t]++), deltas[0].value);
       }
     } while (stopped);
+    bool writes = false;
+    for (size_t i = 0; i < n && !writes; ++i) writes = op_of(b, i) != Op::kSearch;
+    if (!writes) return;  // searching batches may run together: they change no shared state
     int64_t delta = 0;
     for (const PaddedCount& d : deltas) delta += d.value;
     items_ = static_cast<uint64_t>(static_cast<int64_t>(items_) + delta);
-    bool writes = false;
-    for (size_t i = 0; i < n && !writes; ++i) writes = op_of(b, i) != Op::kSearch;
-    if (writes) pool_.sync();  // the durability point: the batch is acknowledged after this
-    // No thread runs now: what splits retired can be reused.
+    pool_.sync();  // the durability point: the batch is acknowledged after this
+    // No thread runs now (a writing batch runs alone): what splits retired can be reused.
     segment_ids_.release_retired();
     node_ids_.release_retired();
     flat_.release_retired();
