@@ -54,9 +54,13 @@ struct HmehMeta {
   uint64_t node_chunk_offset[hmeh::kMaxChunks];
   uint64_t heap_chunk_offset[hmeh::kMaxChunks];
 };
+static_assert(offsetof(HmehMeta, segment_bytes_log2) == 9);
 static_assert(offsetof(HmehMeta, hash_seed) == 16);
 static_assert(offsetof(HmehMeta, segment_chunk_count) == 24);
+static_assert(offsetof(HmehMeta, segment_first_chunk) == 32);
+static_assert(offsetof(HmehMeta, node_first_chunk) == 40);
 static_assert(offsetof(HmehMeta, cell_size) == 48);
+static_assert(offsetof(HmehMeta, heap_first_chunk_cells) == 56);
 static_assert(offsetof(HmehMeta, segment_chunk_offset) == 64);
 static_assert(offsetof(HmehMeta, node_chunk_offset) == 384);
 static_assert(offsetof(HmehMeta, heap_chunk_offset) == 704);

@@ -13,10 +13,11 @@
 //   update   inline: one 8-byte store of the value word, persist. Heap: a new cell, persisted,
 //            then the value word switched and persisted; the old cell is free.
 //   erase    CAS of the state word to TOMBSTONE, persist.
-//   split    copy on write: rehash the segment's items into two new segments, persist them and a
-//            new radix node, publish the node with one 8-byte store, then point the flat
-//            directory at the new segments (doubling it if needed). The old segment is never
-//            written, so readers that still use it read consistent data until they notice.
+//   split    copy on write: rehash the segment's items into two new segments (more if a half does
+//            not fit in one), persist them and a new radix node, publish the node with one 8-byte
+//            store, then point the flat directory at the new segments (doubling it if needed).
+//            The old segment is never written, so readers still on it read consistent data until
+//            they notice, and a crash leaves the old tree or the new one, never a mix.
 // Writers hold their segment's lock shared (they race with each other only through slot CAS); a
 // split holds it exclusively. Lock order: segment, then the directory mutex, then the metadata
 // mutex (arena and heap growth); nothing waits for a segment while holding another lock.

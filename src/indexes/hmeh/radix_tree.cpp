@@ -95,9 +95,9 @@ RadixScan scan_radix_tree(const Arenas& arenas) { return Walker(arenas).run(); }
 
 SegmentPlace locate_segment(const Arenas& arenas, uint32_t depth, uint64_t prefix) {
   SegmentPlace place;
-  place.level = fh::node_level_of(depth);
+  const uint32_t node_level = fh::node_level_of(depth);
   place.count = fh::entries_filled(depth);
-  for (uint32_t level = 0; level < place.level; ++level) {
+  for (uint32_t level = 0; level < node_level; ++level) {
     const uint32_t e = entry_index(prefix, depth, level);
     const uint64_t entry = load_entry(arenas, place.node, e);
     if (fh::entry_kind(entry) != fh::EntryKind::kNode)
@@ -105,7 +105,7 @@ SegmentPlace locate_segment(const Arenas& arenas, uint32_t depth, uint64_t prefi
     place.parent_entry = reinterpret_cast<uint64_t*>(arenas.nodes.address(place.node)) + e;
     place.node = fh::entry_id(entry);
   }
-  place.first = entry_index(prefix, depth, place.level);
+  place.first = entry_index(prefix, depth, node_level);
   return place;
 }
 

@@ -31,11 +31,10 @@ struct RadixScan {
 // Throws Error(kCorruptTable) naming the node and entry otherwise.
 RadixScan scan_radix_tree(const Arenas& arenas);
 
-// Where the entries of a segment (depth, prefix) live: `node` at `level`, `first` entry and how
-// many (1 or 2), and the entry of the parent that points to `node` (none for the root).
+// Where the entries of a segment (depth, prefix) live: `node`, its `first` entry and how many
+// (1 or 2), and the entry of the parent that points to `node` (none for the root).
 struct SegmentPlace {
   uint64_t node = 0;
-  uint32_t level = 0;
   uint32_t first = 0;
   uint32_t count = 1;
   uint64_t* parent_entry = nullptr;
