@@ -10,6 +10,7 @@
 //            split changed the segment meanwhile or the directory entry was stale.
 //   insert   claim a free slot by CAS (EMPTY or TOMBSTONE -> CLAIMED), store the value and key
 //            words, store the state word (publish), persist the line: one barrier (Cross-KV).
+//            Writes persist their last stores after leaving the segment (see complete()).
 //   update   inline: one 8-byte store of the value word, persist. Heap: a new cell, persisted,
 //            then the value word switched and persisted; the old cell is free.
 //   erase    CAS of the state word to TOMBSTONE, persist.
@@ -414,47 +415,56 @@ class HmehEngine final : public Index {
     return cell;
   }
 
+  // What a write still has to do once it left its segment: persist its last stores, then free
+  // the heap cell it unlinked. The segment's lock is not needed for that (a split meanwhile copies
+  // what is visible and persists its own copy), and leaving first matters on persistent memory:
+  // the locked instruction that leaves the segment would wait for the write-back to finish.
+  struct Completion {
+    uint64_t* persist = nullptr;
+    uint32_t bytes = 0;
+    uint64_t freed_cell = kNoCell;
+  };
+  void complete(const Completion& c, int tid) {
+    if (c.persist) mem_.persist(c.persist, c.bytes);
+    if (c.freed_cell != kNoCell) cells_.release(tid, c.freed_cell);
+  }
+
   // Fills a claimed slot and publishes it (Cross-KV: value and key words, then the state word, all
-  // in one cache line, then one persist; the plain protocol persists before publishing too).
-  void link(uint64_t* slot, const Probe& p, uint64_t value_word) {
+  // in one cache line; the persist that follows makes them durable together. The plain protocol
+  // persists value and key before publishing).
+  Completion link(uint64_t* slot, const Probe& p, uint64_t value_word) {
     Memory::store(slot + Slot::kValueWord, value_word);
     if constexpr (KeyWidth != 8)
       for (int i = 0; i < kKeyWords; ++i) Memory::store(slot + Slot::kKeyWords[i], p.key[i]);
     if (!cross_kv_) mem_.persist(slot + 1, Slot::kSlotBytes - 8);
     GPHASH_CRASH_POINT("hmeh.insert.after_value");
     Memory::store(slot, p.state);
-    mem_.persist(slot, cross_kv_ ? Slot::kSlotBytes : 8);
-    GPHASH_CRASH_POINT("hmeh.insert.after_publish");
+    return {slot, cross_kv_ ? Slot::kSlotBytes : 8};
   }
 
-  Outcome update_slot(uint64_t* slot, const std::byte* value, int tid, uint64_t& cell) {
+  Outcome update_slot(uint64_t* slot, const std::byte* value, int tid, uint64_t& cell, Completion& done) {
     uint64_t* word = slot + Slot::kValueWord;
     if (!has_heap_) {
       Memory::store(word, inline_word(value));
-      mem_.persist(word, 8);
-      GPHASH_CRASH_POINT("hmeh.update.after_value");
+      done = {word, 8};
       return Outcome::kOk;
     }
     if (cell == kNoCell && (cell = new_cell(value, tid)) == kNoCell) return Outcome::kNeedCell;
-    const uint64_t old = Memory::load(word);
+    // The old cell is freed only once the switch is persistent (complete()).
+    done = {word, 8, Memory::load(word)};
     Memory::store(word, cell);
-    mem_.persist(word, 8);
-    GPHASH_CRASH_POINT("hmeh.update.after_value");
-    cells_.release(tid, old);
     cell = kNoCell;
     return Outcome::kOk;
   }
 
-  void erase_slot(uint64_t* slot, const Probe& p, int tid) {
+  Completion erase_slot(uint64_t* slot, const Probe& p) {
     // The cell is read before the slot is given up: once it is a tombstone, another thread may
     // claim it and link a cell of its own.
     const uint64_t cell = has_heap_ ? Memory::load(slot + Slot::kValueWord) : kNoCell;
     uint64_t expected = p.state;
     if (!Memory::cas(slot, expected, fh::kSlotTombstone))
       throw Error(ErrorCode::kCorruptTable, "an HMEH slot changed under the thread that owns its key");
-    mem_.persist(slot, 8);
-    GPHASH_CRASH_POINT("hmeh.erase.after_tombstone");
-    if (has_heap_) cells_.release(tid, cell);
+    return {slot, 8, cell};
   }
 
   // ---- operations ------------------------------------------------------------------------
@@ -495,15 +505,19 @@ class HmehEngine final : public Index {
       const Found f = find(h->base, p);
       if (f.match) {
         Outcome o = Outcome::kOk;
+        Completion done;
         if (op == Op::kInsert) {
           o = Outcome::kExists;
         } else if (op == Op::kErase) {
-          erase_slot(f.match, p, tid);
+          done = erase_slot(f.match, p);
           --delta;
         } else {
-          o = update_slot(f.match, value, tid, cell);
+          o = update_slot(f.match, value, tid, cell, done);
         }
         h->exit_shared();
+        complete(done, tid);
+        if (op == Op::kErase) GPHASH_CRASH_POINT("hmeh.erase.after_tombstone");
+        if (done.persist && op != Op::kErase) GPHASH_CRASH_POINT("hmeh.update.after_value");
         return finish(o);
       }
       if (op == Op::kUpdate || op == Op::kErase) {
@@ -532,9 +546,11 @@ class HmehEngine final : public Index {
         continue;
       }
       GPHASH_CRASH_POINT("hmeh.insert.after_claim");
-      link(f.free, p, word);
+      const Completion done = link(f.free, p, word);
       cell = kNoCell;
       h->exit_shared();
+      complete(done, tid);
+      GPHASH_CRASH_POINT("hmeh.insert.after_publish");
       ++delta;
       return Outcome::kOk;
     }
