@@ -6,6 +6,7 @@
 //
 // scripts/tsan.sh runs this under ThreadSanitizer (the engine then uses std::thread, parallel.h);
 // the normal build runs it too. GPHASH_HMEH_STRESS_ROUNDS scales it (default 24 rounds).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -132,7 +133,7 @@ TEST_P(HmehConcurrency, ThreadsSharingSegmentsThroughSplitsMatchTheSequentialMod
 INSTANTIATE_TEST_SUITE_P(Widths, HmehConcurrency,
                          ::testing::Values(StressCase{8, 8}, StressCase{16, 40}, StressCase{8, 24}, StressCase{16, 6}),
                          [](const ::testing::TestParamInfo<StressCase>& i) {
-                           return "k" + std::to_string(i.param.key_width) + "_v" + std::to_string(i.param.value_width);
+                           return fmt::format("k{}_v{}", i.param.key_width, i.param.value_width);
                          });
 
 }  // namespace

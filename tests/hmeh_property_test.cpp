@@ -2,6 +2,7 @@
 // many operations on one key per batch, for 8- and 16-byte keys with inline and heap values,
 // small segments so that the tables split and double their directory again and again, with clean
 // reopens and recoveries (the pool marked dirty, as a crash between batches leaves it) in between.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -26,9 +27,8 @@ struct HmehCase {
 
 std::string name_of(const ::testing::TestParamInfo<HmehCase>& info) {
   const HmehCase& c = info.param;
-  return "k" + std::to_string(c.key_width) + "_v" + std::to_string(c.value_width) + "_seg" +
-         std::to_string(c.shape.segment_bytes) + "_p" + std::to_string(c.shape.probe_buckets) + "s" +
-         std::to_string(c.shape.stash_buckets) + "_t" + std::to_string(c.threads) + c.label;
+  return fmt::format("k{}_v{}_seg{}_p{}s{}_t{}{}", c.key_width, c.value_width, c.shape.segment_bytes,
+                     c.shape.probe_buckets, c.shape.stash_buckets, c.threads, c.label);
 }
 
 // As if the process had died between two batches: the header says "not shut down cleanly".
