@@ -164,7 +164,7 @@ class HmehEngine final : public Index {
       : pool_(pool),
         meta_(pool),
         mem_(&pool),
-        threads_(options.threads > 0 ? options.threads : default_threads()),
+        threads_(std::min(255, options.threads > 0 ? options.threads : default_threads())),  // owners are bytes
         auto_resize_(options.auto_resize),
         cross_kv_(options.cross_kv),
         shard_by_prefix_(options.shard_by_prefix) {
@@ -261,23 +261,39 @@ class HmehEngine final : public Index {
     const size_t n = b.size;
     if (n == 0) return;
     const int threads = static_cast<int>(std::min<size_t>(threads_, (n + kMinOpsPerThread - 1) / kMinOpsPerThread));
-    std::vector<uint32_t> order;
-    std::vector<size_t> next(threads, 0), end(threads, 0);
-    if (threads == 1)
-      end[0] = n;
-    else
-      shard(b, threads, order, next, end);
+    Shards shards;
+    Results results{b.status, static_cast<std::byte*>(b.values_out), b.value_width};
+    std::vector<OpStatus> status_by_position;
+    std::vector<std::byte> values_by_position;
+    if (threads == 1) {
+      shards.end.assign(1, n);
+      shards.next.assign(1, 0);
+    } else {
+      shard(b, threads, shards);
+      // Threads hold interleaved operations: writing results in place would share every cache
+      // line of the status and value arrays between them. They write in shard order instead,
+      // and gather() puts the results in place.
+      status_by_position.resize(n);
+      results.status = status_by_position.data();
+      if (b.values_out && b.value_width <= kGatheredValueBytes) {
+        values_by_position.resize(n * b.value_width);
+        results.values = values_by_position.data();
+      }
+    }
     std::vector<PaddedCount> deltas(threads_);
     bool stopped;
     do {  // rounds: each thread runs its shard until an operation needs the heap to grow
-      run_parallel(threads, [&](int t) { next[t] = run_range(b, order, next[t], end[t], t, deltas[t].value); });
+      run_parallel(threads, [&](int t) {
+        shards.next[t] = run_range(b, shards, results, shards.next[t], shards.end[t], t, deltas[t].value);
+      });
       stopped = false;
       for (int t = 0; t < threads; ++t) {
-        if (next[t] == end[t]) continue;
+        if (shards.next[t] == shards.end[t]) continue;
         stopped = true;
-        resolve_heap_full(b, op_index(order, next[t]++), deltas[0].value);
+        resolve_heap_full(b, shards, results, shards.next[t]++, deltas[0].value);
       }
     } while (stopped);
+    if (threads > 1) gather(b, shards, results, threads);
     bool writes = false;
     for (size_t i = 0; i < n && !writes; ++i) writes = op_of(b, i) != Op::kSearch;
     if (!writes) return;  // searching batches may run together: they change no shared state
@@ -295,16 +311,27 @@ class HmehEngine final : public Index {
   static double seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   }
+  // Which thread runs which operation: positions [next[t], end[t]) of `order` (operation indices
+  // in shard order, stable); `position` is its inverse. Empty order: one thread, position = index.
+  struct Shards {
+    std::vector<uint32_t> order, position;
+    std::vector<size_t> next, end;
+    size_t index(size_t p) const { return order.empty() ? p : order[p]; }
+  };
+  // Where the result of the operation at a position goes (by position; see execute()).
+  struct Results {
+    OpStatus* status;
+    std::byte* values;  // search results, value_width each; the batch's own array when null here
+    uint32_t value_width;
+  };
+  static constexpr uint32_t kGatheredValueBytes = 64;  // larger values span lines of their own
+
   static Op op_of(const Batch& b, size_t i) { return b.ops ? b.ops[i] : b.op; }
-  static size_t op_index(const std::vector<uint32_t>& order, size_t k) { return order.empty() ? k : order[k]; }
   static const std::byte* key_of(const Batch& b, size_t i) {
     return static_cast<const std::byte*>(b.keys) + i * b.key_width;
   }
   static const std::byte* value_in(const Batch& b, size_t i) {
     return b.values ? static_cast<const std::byte*>(b.values) + i * b.value_width : nullptr;
-  }
-  static std::byte* value_out(const Batch& b, size_t i) {
-    return b.values_out ? static_cast<std::byte*>(b.values_out) + i * b.value_width : nullptr;
   }
 
   // ---- addressing ------------------------------------------------------------------------
@@ -889,8 +916,7 @@ class HmehEngine final : public Index {
   }
 
   // Counting sort of operation indices by owner thread (stable: batch order within a thread).
-  void shard(const Batch& b, int threads, std::vector<uint32_t>& order, std::vector<size_t>& next,
-             std::vector<size_t>& end) const {
+  void shard(const Batch& b, int threads, Shards& shards) const {
     const size_t n = b.size;
     std::vector<uint8_t> owner(n);
     std::vector<std::vector<size_t>> counts(threads, std::vector<size_t>(threads, 0));
@@ -903,20 +929,50 @@ class HmehEngine final : public Index {
         ++counts[t][owner[i]];
       }
     });
+    shards.next.assign(threads, 0);
+    shards.end.assign(threads, 0);
     size_t pos = 0;
     for (int s = 0; s < threads; ++s) {
-      next[s] = pos;
+      shards.next[s] = pos;
       for (int t = 0; t < threads; ++t) pos += counts[t][s];
-      end[s] = pos;
+      shards.end[s] = pos;
     }
-    order.resize(n);
-    std::vector<size_t> fill(next.begin(), next.end());
-    for (size_t i = 0; i < n; ++i) order[fill[owner[i]]++] = static_cast<uint32_t>(i);
+    shards.order.resize(n);
+    shards.position.resize(n);
+    std::vector<size_t> fill(shards.next.begin(), shards.next.end());
+    for (size_t i = 0; i < n; ++i) {
+      const size_t p = fill[owner[i]]++;
+      shards.order[p] = static_cast<uint32_t>(i);
+      shards.position[i] = static_cast<uint32_t>(p);
+    }
   }
 
-  // Runs operations order[begin, end) with the next ones' buckets prefetched; stops at one that
-  // needs the heap to grow past what the pool allows and returns its position (end when all ran).
-  size_t run_range(const Batch& b, const std::vector<uint32_t>& order, size_t begin, size_t end, int tid,
+  // Puts results written in shard order in place: each thread takes a contiguous range of the
+  // batch's arrays, so no cache line is written by two threads.
+  void gather(const Batch& b, const Shards& shards, const Results& results, int threads) const {
+    const size_t n = b.size, per = (n + threads - 1) / threads;
+    const uint32_t vw = b.value_width;
+    const bool values = b.values_out && results.values != b.values_out;
+    run_parallel(threads, [&](int t) {
+      for (size_t i = t * per; i < std::min(n, (t + 1) * per); ++i) {
+        const size_t p = shards.position[i];
+        b.status[i] = results.status[p];
+        if (values && results.status[p] == OpStatus::kOk && op_of(b, i) == Op::kSearch)
+          std::memcpy(static_cast<std::byte*>(b.values_out) + i * vw, results.values + p * vw, vw);
+      }
+    });
+  }
+
+  std::byte* value_out(const Batch& b, const Results& results, size_t p, size_t i) const {
+    if (!b.values_out) return nullptr;
+    if (results.values != b.values_out) return results.values + p * results.value_width;
+    return static_cast<std::byte*>(b.values_out) + i * b.value_width;
+  }
+
+  // Runs the operations at positions [begin, end) with the next ones' buckets prefetched; stops at
+  // one that needs the heap to grow past what the pool allows and returns its position (end when
+  // all ran).
+  size_t run_range(const Batch& b, const Shards& shards, const Results& results, size_t begin, size_t end, int tid,
                    int64_t& delta) {
     struct Staged {
       Probe probe;
@@ -927,7 +983,7 @@ class HmehEngine final : public Index {
     const size_t count = end - begin;
     auto stage = [&](size_t k) {
       Staged& s = ring[k % kPrefetchDistance];
-      prepare(s.probe, key_of(b, op_index(order, begin + k)));
+      prepare(s.probe, key_of(b, shards.index(begin + k)));
       s.version = flat_.version();
       s.handle = &resolve(s.probe);
       const std::byte* home = s.handle->base + uint64_t{s.probe.home} * fh::kBucketBytes;
@@ -936,14 +992,15 @@ class HmehEngine final : public Index {
     };
     for (size_t k = 0; k < std::min(count, kPrefetchDistance); ++k) stage(k);
     for (size_t k = 0; k < count; ++k) {
-      const size_t i = op_index(order, begin + k);
+      const size_t p = begin + k, i = shards.index(p);
       Staged& s = ring[k % kPrefetchDistance];
       // A handle looked up before the directory last changed is still safe to try (readers and
       // writers validate it), but would likely fail: look it up again.
       SegmentHandle* hint = s.version == flat_.version() ? s.handle : nullptr;
-      const Outcome o = apply(op_of(b, i), s.probe, value_in(b, i), value_out(b, i), tid, delta, hint);
-      if (o == Outcome::kNeedCell) return begin + k;
-      b.status[i] = to_status(o);
+      const Outcome o =
+          apply(op_of(b, i), s.probe, value_in(b, i), value_out(b, results, p, i), tid, delta, hint);
+      if (o == Outcome::kNeedCell) return p;
+      results.status[p] = to_status(o);
       if (k + kPrefetchDistance < count) stage(k + kPrefetchDistance);
     }
     return end;
@@ -951,11 +1008,13 @@ class HmehEngine final : public Index {
 
   // An operation that found the heap full, run again with no other thread running: cells cached
   // by other threads are returned first; if none is free it fails with kHeapFull.
-  void resolve_heap_full(const Batch& b, size_t i, int64_t& delta) {
+  void resolve_heap_full(const Batch& b, const Shards& shards, const Results& results, size_t p, int64_t& delta) {
     cells_.reclaim_local_caches();
-    Probe p;
-    prepare(p, key_of(b, i));
-    b.status[i] = to_status(apply(op_of(b, i), p, value_in(b, i), value_out(b, i), 0, delta, nullptr));
+    const size_t i = shards.index(p);
+    Probe probe;
+    prepare(probe, key_of(b, i));
+    results.status[p] =
+        to_status(apply(op_of(b, i), probe, value_in(b, i), value_out(b, results, p, i), 0, delta, nullptr));
   }
 
   pool::Pool& pool_;
