@@ -224,17 +224,32 @@ uint64_t get_entry(const Bytes& b, uint64_t node, uint32_t entry) {
 
 TEST(HmehCorruptPool, DamagedRadixTreeIsATypedErrorNamingNodeAndEntry) {
   const PoolHeader h = header_of(pristine(), 0);
+  ASSERT_EQ(h.hmeh.node_first_chunk, 64u);  // the chain below uses nodes 54..63, free in this pool
+  ASSERT_EQ(fh::max_depth(56), 16u);
   const uint64_t segments = format::HeapGeometry{h.hmeh.segment_first_chunk, 0}.chunk_begin(h.hmeh.segment_chunk_count);
   // The root's first entry leads somewhere; find a segment entry and a node entry to damage.
   const struct {
     const char* what;
     std::function<void(Bytes&)> damage;
+    const char* says;
   } cases[] = {
-      {"an empty root entry", [](Bytes& b) { set_entry(b, 0, 1, 0); }},
-      {"a segment beyond the arena", [&](Bytes& b) { set_entry(b, 0, 2, fh::segment_entry(segments + 5)); }},
-      {"a node beyond the arena", [](Bytes& b) { set_entry(b, 0, 3, fh::node_entry(uint64_t{1} << 40)); }},
-      {"the root as its own child", [](Bytes& b) { set_entry(b, 0, 0, fh::node_entry(0)); }},
-      {"one segment in two places", [](Bytes& b) { set_entry(b, 0, 3, get_entry(b, 0, 0)); }},
+      {"an empty root entry", [](Bytes& b) { set_entry(b, 0, 1, 0); }, "neither a node nor a segment"},
+      {"a segment beyond the arena", [&](Bytes& b) { set_entry(b, 0, 2, fh::segment_entry(segments + 5)); },
+       "beyond the arena"},
+      {"a node beyond the arena", [](Bytes& b) { set_entry(b, 0, 3, fh::node_entry(uint64_t{1} << 40)); },
+       "beyond the arena"},
+      {"the root as its own child", [](Bytes& b) { set_entry(b, 0, 0, fh::node_entry(0)); }, "reached twice"},
+      {"one segment in two places", [](Bytes& b) { set_entry(b, 0, 3, get_entry(b, 0, 0)); }, "reached twice"},
+      // 56 segments allow depths up to 16: a chain of 9 nodes from the root goes deeper. (The
+      // flat directory would need 2^(2 * 9) entries per such level; without the bound, a few
+      // damaged nodes could ask for 2^32.)
+      {"a chain of nodes deeper than the arena allows",
+       [](Bytes& b) {
+         for (uint64_t n = 63; n > 55; --n) set_entry(b, n, 0, fh::node_entry(n - 1));
+         set_entry(b, 55, 0, fh::node_entry(54));
+         set_entry(b, 0, 0, fh::node_entry(63));
+       },
+       "below the deepest level"},
   };
   for (const auto& c : cases) {
     Bytes b = pristine();
@@ -244,6 +259,7 @@ TEST(HmehCorruptPool, DamagedRadixTreeIsATypedErrorNamingNodeAndEntry) {
     if (o.ok) continue;
     EXPECT_EQ(o.code, ErrorCode::kCorruptTable) << c.what << ": " << o.message;
     EXPECT_NE(o.message.find("radix directory: node"), std::string::npos) << c.what << ": " << o.message;
+    EXPECT_NE(o.message.find(c.says), std::string::npos) << c.what << ": " << o.message;
   }
 }
 

@@ -125,6 +125,15 @@ inline constexpr uint32_t kRadixBits = 2;
 inline constexpr uint32_t kNodeBytes = kNodeEntries * 8;
 inline constexpr uint32_t kMinDepth = 2;   // a fresh table has at least 4 segments
 inline constexpr uint32_t kMaxDepth = 32;  // local depth limit (the flat directory has 2^G entries)
+// A local depth is also at most 10 more than log2 of the segment arena's capacity, so the flat
+// directory (4 bytes per entry) stays within 2^12 bytes per segment of the arena, whatever a
+// damaged radix tree says; only keys that agree on that many hash bits could need more.
+inline constexpr uint32_t kDepthHeadroom = 10;
+inline uint32_t max_depth(uint64_t segment_capacity) {
+  uint32_t log2 = 0;
+  while (log2 < 64 && (uint64_t{1} << log2) < segment_capacity) ++log2;
+  return log2 + kDepthHeadroom < kMaxDepth ? log2 + kDepthHeadroom : kMaxDepth;
+}
 
 enum class EntryKind : uint64_t { kNone = 0, kSegment = 1, kNode = 2 };
 GPHASH_HD uint64_t segment_entry(uint64_t segment) { return segment << 2 | 1; }

@@ -632,7 +632,7 @@ class HmehEngine final : public Index {
   // segment; usually that is the two halves, but a half can overflow a segment when many of its
   // keys share home buckets (small segments, two slots per bucket). Parts come in prefix order.
   bool partition(const std::vector<const Item*>& items, uint64_t prefix, uint32_t depth, bool must_split,
-                 std::vector<Part>& parts) const {
+                 uint32_t max_depth, std::vector<Part>& parts) const {
     if (!must_split) {
       Part part{prefix, depth, std::vector<uint64_t>(geo_.bytes() / 8, 0)};
       bool fits = true;
@@ -643,11 +643,11 @@ class HmehEngine final : public Index {
         return true;
       }
     }
-    if (depth + 1 > fh::kMaxDepth) return false;
+    if (depth + 1 > max_depth) return false;
     std::vector<const Item*> half[2];
     for (const Item* it : items) half[it->hash >> (63 - depth) & 1].push_back(it);
-    return partition(half[0], prefix << 1, depth + 1, false, parts) &&
-           partition(half[1], prefix << 1 | 1, depth + 1, false, parts);
+    return partition(half[0], prefix << 1, depth + 1, false, max_depth, parts) &&
+           partition(half[1], prefix << 1 | 1, depth + 1, false, max_depth, parts);
   }
 
   uint64_t hash_of_slot(const uint64_t* slot) const {
@@ -763,7 +763,7 @@ class HmehEngine final : public Index {
     for (const Item& it : items) all.push_back(&it);
     // Only when more than a segment's worth of keys share every hash bit down to the depth limit
     // can this fail; the table is then full for them, and nothing changes.
-    if (!partition(all, prefix, depth, true, parts)) return fail();
+    if (!partition(all, prefix, depth, true, fh::max_depth(meta_.segments().capacity()), parts)) return fail();
     for (Part& p : parts) {
       const std::optional<uint64_t> id = take_segment();
       if (!id) return fail();

@@ -27,6 +27,7 @@ class Walker {
       : arenas_(arenas),
         node_capacity_(arenas.nodes.capacity()),
         segment_capacity_(arenas.segments.capacity()),
+        max_depth_(fh::max_depth(segment_capacity_)),
         node_seen_((node_capacity_ + 63) / 64, 0),
         segment_seen_((segment_capacity_ + 63) / 64, 0) {}
 
@@ -56,8 +57,9 @@ class Walker {
       switch (fh::entry_kind(entry)) {
         case fh::EntryKind::kNode: {
           if (id >= node_capacity_) corrupt(node, e, fmt::format("names node {} beyond the arena's {}", id, node_capacity_));
-          if (fh::kRadixBits * (level + 2) > fh::kMaxDepth + 1)
-            corrupt(node, e, fmt::format("names a child node below the deepest level ({} bits)", fh::kMaxDepth));
+          if (fh::kRadixBits * (level + 2) > max_depth_ + 1)
+            corrupt(node, e, fmt::format("names a child node below the deepest level ({} bits for {} segments)",
+                                         max_depth_, segment_capacity_));
           if (!mark(node_seen_, id)) corrupt(node, e, fmt::format("names node {}, which is reached twice", id));
           visit(id, level + 1, prefix);
           ++e;
@@ -67,9 +69,9 @@ class Walker {
           // A segment fills one entry, or two aligned ones (one bit less of depth).
           const uint32_t filled = e % 2 == 0 && e + 1 < fh::kNodeEntries && entries[e + 1] == entry ? 2 : 1;
           const uint32_t depth = fh::kRadixBits * (level + 1) - (filled == 2 ? 1 : 0);
-          if (depth < fh::kMinDepth || depth > fh::kMaxDepth)
+          if (depth < fh::kMinDepth || depth > max_depth_)
             corrupt(node, e, fmt::format("places a segment at depth {}, outside {}..{}", depth, fh::kMinDepth,
-                                         fh::kMaxDepth));
+                                         max_depth_));
           if (id >= segment_capacity_)
             corrupt(node, e, fmt::format("names segment {} beyond the arena's {}", id, segment_capacity_));
           if (!mark(segment_seen_, id)) corrupt(node, e, fmt::format("names segment {}, which is reached twice", id));
@@ -85,6 +87,7 @@ class Walker {
 
   const Arenas& arenas_;
   uint64_t node_capacity_, segment_capacity_;
+  uint32_t max_depth_;
   std::vector<uint64_t> node_seen_, segment_seen_;
   RadixScan scan_;
 };
