@@ -394,6 +394,10 @@ std::vector<Crafted> crafted_cases() {
   constexpr ErrorCode kCorrupt = ErrorCode::kCorruptHeader;
   std::vector<Crafted> v = {
       {"byte_order swapped", [](PoolHeader& h) { h.byte_order = 0x04030201; }, kCorrupt, "byte_order"},
+      {"index_kind 0", [](PoolHeader& h) { h.index_kind = 0; }, kCorrupt, "index_kind"},
+      {"index_kind 99", [](PoolHeader& h) { h.index_kind = 99; }, kCorrupt, "index_kind"},
+      {"value checksums on a heap laid out without them",
+       [](PoolHeader& h) { h.incompat_features |= format::kFeatureValueChecksums; }, kCorrupt, "cell_size"},
       {"key_width 12", [](PoolHeader& h) { h.gphash.key_width = 12; }, kCorrupt, "key_width"},
       {"key_width 0", [](PoolHeader& h) { h.gphash.key_width = 0; }, kCorrupt, "key_width"},
       {"key_width 16 (bucket_bytes no longer matches)", [](PoolHeader& h) { h.gphash.key_width = 16; }, kCorrupt,

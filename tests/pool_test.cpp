@@ -25,79 +25,8 @@ namespace gphash {
 namespace {
 
 using testing::TempPool;
+using namespace testing::batches;
 namespace fs = std::filesystem;
-
-// Runs `f`, which must throw gphash::Error with `code` (and field `field` when given).
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& field = {}, const char* what = "") {
-  try {
-    f();
-    ADD_FAILURE() << what << ": no error, expected " << to_string(code);
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << what << ": got " << to_string(e.code()) << " (" << e.what() << ")";
-    if (!field.empty()) {
-      EXPECT_EQ(e.field(), field) << what << ": " << e.what();
-    }
-  }
-}
-
-// 8-byte keys 1..n (or from `first`) and values derived from them, for any value width.
-std::string value_for(uint64_t key, uint32_t width) {
-  std::string v(width, '\0');
-  std::mt19937_64 rng(key * 0x9E3779B97F4A7C15ull + width);
-  for (uint32_t i = 0; i < width; i += 8) {
-    uint64_t w = rng();
-    std::memcpy(v.data() + i, &w, std::min<uint32_t>(8, width - i));
-  }
-  return v;
-}
-
-// One batch of `op` on `keys`; returns the statuses (values_out into *out when given).
-std::vector<OpStatus> run(Table& t, Op op, const std::vector<uint64_t>& keys, std::string* out = nullptr) {
-  const uint32_t vw = t.value_width();
-  std::string values(keys.size() * vw, '\0');
-  for (size_t i = 0; i < keys.size(); ++i) std::memcpy(values.data() + i * vw, value_for(keys[i], vw).data(), vw);
-  std::vector<OpStatus> status(keys.size());
-  if (out) out->assign(keys.size() * vw, '\0');
-  Batch b;
-  b.size = keys.size();
-  b.key_width = 8;
-  b.value_width = vw;
-  b.op = op;
-  b.keys = keys.data();
-  b.values = op == Op::kSearch || op == Op::kErase ? nullptr : values.data();
-  b.values_out = out ? out->data() : nullptr;
-  b.status = status.data();
-  t.execute(b);
-  return status;
-}
-
-std::vector<uint64_t> key_range(uint64_t first, uint64_t n) {
-  std::vector<uint64_t> k(n);
-  for (uint64_t i = 0; i < n; ++i) k[i] = first + i;
-  return k;
-}
-
-// Every key is present with value_for(key).
-void expect_present(Table& t, const std::vector<uint64_t>& keys) {
-  if (keys.empty()) return;
-  std::string out;
-  auto st = run(t, Op::kSearch, keys, &out);
-  const uint32_t vw = t.value_width();
-  size_t bad = 0;
-  for (size_t i = 0; i < keys.size(); ++i)
-    if (st[i] != OpStatus::kOk || out.compare(i * vw, vw, value_for(keys[i], vw)) != 0) {
-      if (++bad <= 5) {
-        ADD_FAILURE() << "key " << keys[i] << ": " << to_string(st[i]);
-      }
-    }
-  EXPECT_EQ(bad, 0u) << "of " << keys.size() << " keys";
-}
-
-void expect_absent(Table& t, const std::vector<uint64_t>& keys) {
-  auto st = run(t, Op::kSearch, keys);
-  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(st[i], OpStatus::kNotFound) << "key " << keys[i];
-}
 
 bool on_tmpfs(const std::string& dir) {
   struct statfs st {};

@@ -50,6 +50,9 @@ struct TableConfig {
   HmehConfig hmeh{};  // shape of an HMEH index (index = kHmeh); shape above is GPHash's
 };
 
+// The most worker threads an engine or check may be given (more is refused as invalid).
+inline constexpr int kMaxThreads = 1024;
+
 enum class EngineKind {
   kCpu,  // multi-threaded CPU engine: any pool kind, no GPU needed
   kGpu,  // GPU engine: needs a GPU and a pool it can map (shm, hugetlbfs, memory)
@@ -72,7 +75,7 @@ struct OpenOptions {
   EngineKind engine = EngineKind::kCpu;
   Placement placement = Placement::kHostMapped;
   GpuKernels gpu_kernels = GpuKernels::kWarp;
-  int threads = 0;              // CPU engine worker threads; 0 = all hardware threads
+  int threads = 0;              // CPU engine worker threads; 0 = all hardware threads, at most kMaxThreads
   bool read_only = false;       // searches only; the pool is opened shared
   bool auto_resize = true;      // grow the table when an insert finds no free slot
   // Up to this load factor an insert that finds no free slot first tries to move one item aside
@@ -80,7 +83,8 @@ struct OpenOptions {
   // bounds how much of it a nearly full table does.
   double max_load_factor = 0.95;
   uint64_t max_pool_bytes = 0;  // 0: limited by the file system only
-  bool replace = false;         // create: replace an existing pool at the path
+  bool replace = false;         // create: replace an existing pool at the path (refused while it is open)
+  uint32_t pool_file_mode = 0600;  // create: permissions of the pool file (exactly these, whatever the umask)
   // Use cache-line flushes as the persist barrier even on shared memory: exercises the code
   // path that persistent memory (device-DAX, CXL) needs.
   bool force_flush = false;

@@ -27,6 +27,10 @@ enum class ErrorCode {
   kNotMappable,         // the GPU cannot map this pool's memory
   kNoGpu,               // a GPU engine was asked for and there is none
   kReadOnly,            // a write to a pool opened read-only
+  kCorruptFile,         // a dump or snapshot file is damaged, truncated or not one
+  kCuda,                // a CUDA call failed (the message has CUDA's)
+  kNeedsRecovery,       // the pool was not shut down cleanly: open it writable once so recovery runs
+  kTableFailed,         // an earlier failure left this Table unusable: reopen the pool
 };
 
 const char* to_string(ErrorCode code) noexcept;

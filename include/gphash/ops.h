@@ -28,6 +28,12 @@ enum class OpStatus : uint8_t {
   kHeapFull = 3,     // the value heap is full and cannot grow; nothing changed
   kTableFull = 4,    // no free slot and the table cannot grow; nothing changed
   kReservedKey = 5,  // 8-byte keys 0xFFFFFFFFFFFFFFFF and 0xFFFFFFFFFFFFFFFE are reserved
+  // search, on a pool with value checksums: the stored value fails its checksum (its heap cell is
+  // damaged); the bytes are not the value. `gphash check` locates it, `gphash repair` drops it.
+  kCorruptValue = 6,
+  // An entry of `ops` is not an Op (batches in GPU memory only: the host cannot check their ops
+  // before they run, so the entry is reported and skipped).
+  kInvalidOp = 7,
 };
 
 const char* to_string(Op op) noexcept;

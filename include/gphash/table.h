@@ -13,10 +13,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gphash/config.h"
 #include "gphash/error.h"
 #include "gphash/ops.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*: no CUDA header needed here
+struct CUevent_st;
 
 namespace gphash {
 
@@ -60,8 +64,83 @@ struct TableInfo {
 
 struct CheckResult {
   bool ok = true;
-  std::string violation;  // the first violation, empty when ok
+  std::string violation;    // the first violation with its location (slot, heap cell, header), empty when ok
+  uint64_t violations = 0;  // how many were found
   uint64_t items = 0;
+  uint64_t values_verified = 0;  // heap values whose checksum was verified (pools with value checksums)
+  bool recovered = false;   // check_pool: the pool was not shut down cleanly; it was checked as recovery leaves it
+};
+
+struct RepairResult {
+  std::vector<std::string> dropped;  // one line per item removed: its key (hex), where it was, why
+  bool recovered = false;            // the pool was not shut down cleanly and recovery ran first
+  bool cleared_move_record = false;  // a damaged maintenance record was cleared
+  uint64_t items = 0;                // items after the repair
+};
+
+struct LevelStats {
+  uint32_t level = 0;
+  uint64_t slots = 0;
+  uint64_t items = 0;
+};
+
+struct TableStats {
+  std::vector<LevelStats> levels;  // active levels, bottom first (GPHash; none for HMEH)
+  uint64_t segments = 0;           // HMEH: segments in the directory (0 for GPHash)
+  uint64_t heap_cells = 0;         // cells in the value heap (0: values are inline)
+  uint64_t heap_cells_used = 0;
+};
+
+// A position in an export of every item (Table::export_items). Start with a default-constructed
+// cursor and call export_items until done().
+struct ExportCursor {
+  bool done() const { return position == ~uint64_t{0}; }
+  uint64_t exported = 0;  // items returned so far
+  uint64_t damaged = 0;   // items left out because their values fail their checksums
+  // Internal: the next slot, and the table's layout when the export began.
+  uint64_t position = 0;
+  uint64_t resizes = 0, displacements = 0;
+};
+
+namespace engine {
+class Completion;
+}
+
+// The completion of a batch run with Table::execute_async (or of a device session). Copyable;
+// default-constructed it is complete.
+class BatchEvent {
+ public:
+  BatchEvent() = default;
+  // Blocks until the batch is done: its statuses and values written and its writes durable (as
+  // the pool's kind promises, as for execute()). Throws what failed (kCuda, kTableFailed, ...).
+  void wait() const;
+  bool ready() const;
+  // The CUDA event (a cudaEvent_t) recorded on the batch's stream after all of the batch's work:
+  // other streams can wait for it with cudaStreamWaitEvent. Null when the batch already ran.
+  CUevent_st* cuda_event() const;
+
+ private:
+  friend class Table;
+  explicit BatchEvent(std::shared_ptr<engine::Completion> c) : completion_(std::move(c)) {}
+  std::shared_ptr<engine::Completion> completion_;
+};
+
+// User kernels on the table (GPU engine): see include/gphash/gpu/table_ref.cuh.
+struct DeviceSessionOptions {
+  // New items the session's kernels may insert: their heap cells are reserved up front (a session
+  // cannot grow the table or the heap).
+  uint64_t max_new_items = 0;
+};
+
+class DeviceSession {
+ public:
+  // The view for kernels compiled for the pool's shape and key width; throws kInvalidArgument if
+  // the pool has another. (Defined in gphash/gpu/table_ref.cuh: call it from CUDA code.)
+  template <class Ref>
+  Ref ref() const;
+  TableShape shape;
+  uint32_t key_width = 0;
+  std::vector<std::byte> bytes;  // the view, as the engine built it
 };
 
 class Table {
@@ -79,22 +158,63 @@ class Table {
   // key or value width, missing arrays, unknown op) before touching the table.
   void execute(const Batch& batch);
 
-  // Reads a pool's header without opening an engine or running recovery (for `gphash info`).
-  // items and load_factor are exact only if the pool was shut down cleanly.
+  // Enqueues a batch on a CUDA stream and returns at once (GPU engine; the CPU engine runs it
+  // before returning). The batch's arrays must be in GPU memory (MemorySpace::kDevice) and stay
+  // valid until it is done; they are never read by the host (an unknown op in `ops` is reported
+  // per entry as kInvalidOp). The batch is ordered after earlier work on `stream`; work enqueued on
+  // `stream` afterwards sees it complete; it is durable once `stream` passes the returned event.
+  // The host does not wait for the device, except that a table runs one batch at a time: a call
+  // while the previous batch is still in flight waits until that one is settled. Batches of more
+  // than 2^24 operations run in parts, and the call returns when all but the last are done.
+  BatchEvent execute_async(const Batch& batch, CUstream_st* stream);
+
+  // Device sessions (GPU engine): user kernels on `stream` work on the table through a
+  // gphash::gpu::TableRef (include/gphash/gpu/table_ref.cuh). While a session is open, host
+  // batches on this table are refused (kInvalidArgument). The session's writes are durable once
+  // the event end_device_session returns is done.
+  DeviceSession begin_device_session(CUstream_st* stream, const DeviceSessionOptions& options = {});
+  BatchEvent end_device_session(CUstream_st* stream);
+
+  // Reads a pool's header without opening an engine, running recovery or taking the pool's lock
+  // (`gphash info` works while a writer runs). items and load_factor are as of the last clean
+  // close when clean_shutdown is false.
   static TableInfo inspect(const std::string& pool);
+  // Verifies a pool's invariants without changing it (`gphash check`): a pool that was not shut
+  // down cleanly is recovered in a private copy-on-write view first, so the result is what the
+  // next open would see, and the file stays exactly as it was. Refused (kPoolInUse) while a writer
+  // holds the pool.
+  static CheckResult check_pool(const std::string& pool, int threads = 0);
+  // Makes a damaged pool consistent (`gphash repair`): recovers it, clears a damaged maintenance
+  // record, and empties every slot that breaks an invariant (a damaged key, a value that fails
+  // its checksum, a reference outside the heap, a heap cell several slots claim, a duplicate
+  // copy), reporting each item dropped; then marks the pool clean.
+  static RepairResult repair(const std::string& pool, int threads = 0);
+  // Rewrites a pool of an older format version in the current one (`gphash convert`); false if it
+  // already is current.
+  static bool convert(const std::string& pool);
 
   uint32_t key_width() const;
   uint32_t value_width() const;
   uint64_t size() const;  // items
   TableInfo info() const;
+  // Copies up to `capacity` items into `keys` (capacity * key width bytes) and `values` (capacity
+  // * value width bytes; null for keys only), in host or GPU memory (GPU memory: GPU engine only),
+  // and returns how many; fewer than `capacity` does not mean the end: call until cursor.done().
+  // Every item present for the whole export is returned exactly once. Batches may run between
+  // calls; an item they write may or may not be returned, and if one of them resizes the table or
+  // moves an item, the next call throws kInvalidArgument (start again).
+  size_t export_items(ExportCursor& cursor, void* keys, void* values, size_t capacity,
+                      MemorySpace memory = MemorySpace::kHost);
+  // Live statistics: items per level and the value heap's use (scans the table).
+  TableStats stats();
   // Verifies the invariants of the table in its pool (see `gphash check`); a GPU-memory table
   // is saved first, so what is checked is what a reopen would see.
   CheckResult check(int threads = 0) const;
   // GPU-memory placement: writes the table back to its pool (crash-safely: the previous saved
   // state stays until the new one is complete). Other engines work in the pool: nothing to do.
   void save();
-  // Makes everything durable (saving a GPU-memory table) and marks the pool clean. The table is
-  // unusable afterwards.
+  // Makes everything durable (saving a GPU-memory table), marks the pool clean and lets go of it
+  // (the pool may be opened again at once). Later calls on this Table throw kInvalidArgument.
   void close();
 
  private:

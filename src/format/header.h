@@ -139,6 +139,10 @@ void seal(PoolHeader& h);  // sets the checksum
 
 // Derived geometry of a GPHash pool (index_kind 1).
 inline uint32_t top_level(const PoolHeader& h) { return h.gphash.bottom_level + h.gphash.levels - 1; }
+// The highest level that holds items: the top level, or one more while a resize rehashes.
+inline uint32_t highest_level(const PoolHeader& h) {
+  return top_level(h) + (h.gphash.resize_state == kResizeRehashing ? 1 : 0);
+}
 inline BucketLayout bucket_layout(const PoolHeader& h) { return {h.gphash.key_width, h.gphash.slots}; }
 inline uint64_t level_bytes(const PoolHeader& h, uint32_t level) {
   return level_buckets(level) * h.gphash.bucket_bytes;

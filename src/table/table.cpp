@@ -4,9 +4,11 @@
 #include <omp.h>
 
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 
 #include "engines/common/checker.h"
+#include "engines/common/move_record.h"
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cpu_engine.h"
 #include "engines/engine.h"
@@ -26,6 +28,12 @@ struct Table::Impl {
   OpenOptions options;
   // Writing batches run alone; searching batches may share the table.
   mutable std::shared_mutex batches;
+  // Set when a call failed in a way that may have left the engine half done: the table refuses
+  // further work and is not marked clean, so the next open recovers the pool.
+  std::string failure;
+  void check_usable() const;
+  template <class F>
+  auto guarded(F&& f) -> decltype(f());
 };
 
 namespace {
@@ -48,7 +56,18 @@ std::unique_ptr<engine::Engine> make_engine(pool::Pool& pool, const OpenOptions&
 #endif
 }
 
+void check_options(const OpenOptions& o) {
+  if (o.threads < 0 || o.threads > kMaxThreads)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("threads {} is not in 0..{} (0 = all hardware threads)", o.threads, kMaxThreads), "threads");
+  if (!(o.max_load_factor > 0 && o.max_load_factor <= 1))
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("max_load_factor {} is not in (0, 1]", o.max_load_factor),
+                "max_load_factor");
+}
+
 bool needs_value(Op op) { return op == Op::kInsert || op == Op::kUpsert || op == Op::kUpdate; }
+
+bool is_hmeh(const format::PoolHeader& h) { return h.index_kind == format::kIndexHmeh; }
 
 // The widths of the pool's index, whichever it is.
 uint32_t key_width_of(const format::PoolHeader& h) {
@@ -64,7 +83,8 @@ Table::Table(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Table::Table(Table&&) noexcept = default;
 Table& Table::operator=(Table&&) noexcept = default;
 Table::~Table() {
-  if (impl_ && impl_->engine) {
+  if (impl_ && impl_->engine && !impl_->failure.empty()) impl_->engine->abandon();
+  if (impl_ && impl_->engine && impl_->failure.empty()) {
     try {
       impl_->engine->close();
     } catch (...) {
@@ -74,10 +94,11 @@ Table::~Table() {
 }
 
 Table Table::create(const std::string& pool_spec, const TableConfig& config, const OpenOptions& options) {
+  check_options(options);
   if (config.index == IndexKind::kHmeh && options.engine != EngineKind::kCpu) refuse_gpu_on_hmeh();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace});
+  impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace, options.pool_file_mode});
   if (config.index == IndexKind::kHmeh)
     hmeh::initialize(*impl->pool, config);
   else
@@ -88,6 +109,7 @@ Table Table::create(const std::string& pool_spec, const TableConfig& config, con
 }
 
 Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
+  check_options(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->pool = pool::Pool::open(pool_spec, {options.read_only, options.max_pool_bytes, options.force_flush});
@@ -95,48 +117,149 @@ Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
   return Table(std::move(impl));
 }
 
-void Table::execute(const Batch& b) {
-  const format::PoolHeader& h = impl_->pool->header();
-  if (b.size == 0) return;
+namespace {
+
+// Checks a batch before it reaches an engine; returns whether it may write. The arrays of a batch
+// in GPU memory are never read here (the engine reports unknown ops per entry, kInvalidOp).
+bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options) {
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
   if (b.key_width != key_width_of(h))
     throw Error(ErrorCode::kKeyWidthMismatch,
                 fmt::format("key width mismatch: pool has {}, batch gives {}", key_width_of(h), b.key_width), "key_width");
+  if (b.memory == MemorySpace::kDevice && options.engine != EngineKind::kGpu)
+    throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
   bool writes = false, values_needed = false;
-  for (size_t i = 0; i < b.size; ++i) {
-    const Op op = b.ops ? b.ops[i] : b.op;
-    if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
-    writes |= op != Op::kSearch;
-    values_needed |= needs_value(op);
-    if (!b.ops) break;  // one op for all entries
+  if (b.ops && b.memory == MemorySpace::kDevice) {
+    writes = true;  // unknown on the host; entries that need a value read `values`
+    values_needed = true;
+  } else {
+    for (size_t i = 0; i < b.size; ++i) {
+      const Op op = b.ops ? b.ops[i] : b.op;
+      if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
+      writes |= op != Op::kSearch;
+      values_needed |= needs_value(op);
+      if (!b.ops) break;  // one op for all entries
+    }
   }
   if (values_needed && !b.values)
-    throw Error(ErrorCode::kInvalidArgument, "malformed batch: insert, upsert and update need values");
+    throw Error(ErrorCode::kInvalidArgument,
+                b.ops && b.memory == MemorySpace::kDevice
+                    ? "malformed batch: a mixed batch in GPU memory needs a values array (its ops are not read on the host)"
+                    : "malformed batch: insert, upsert and update need values");
   if ((values_needed || b.values_out) && b.value_width != value_width_of(h))
     throw Error(ErrorCode::kValueWidthMismatch,
                 fmt::format("value width mismatch: pool has {}, batch gives {}", value_width_of(h), b.value_width),
                 "value_width");
-  if (writes && impl_->pool->read_only())
-    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", impl_->pool->path()));
-  if (b.memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
-    throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
+  if (writes && pool.read_only() && !(b.ops && b.memory == MemorySpace::kDevice))
+    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", pool.path()));
   if (reinterpret_cast<uintptr_t>(b.keys) % 8 != 0)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: keys must be 8-byte aligned", "keys");
-  if (writes) {
-    std::unique_lock lock(impl_->batches);
-    impl_->engine->execute(b);
-  } else {
-    std::shared_lock lock(impl_->batches);
-    impl_->engine->execute(b);
+  return writes;
+}
+
+}  // namespace
+
+void Table::Impl::check_usable() const {
+  if (!engine) throw Error(ErrorCode::kInvalidArgument, "this table was closed; open its pool again to use it");
+  if (!failure.empty())
+    throw Error(ErrorCode::kTableFailed,
+                "an earlier call failed (" + failure +
+                    "): this table cannot be used any more; reopen the pool, whose recovery restores a consistent "
+                    "state with every acknowledged write");
+}
+
+template <class F>
+auto Table::Impl::guarded(F&& f) -> decltype(f()) {
+  check_usable();
+  try {
+    return f();
+  } catch (const Error& e) {
+    // Failures the engine may have left half done poison the table (its pool stays dirty, so the
+    // next open recovers it); errors about the call itself do not.
+    switch (e.code()) {
+      case ErrorCode::kIo:
+      case ErrorCode::kCuda:
+      case ErrorCode::kCorruptTable:
+      case ErrorCode::kNotMappable:
+      case ErrorCode::kTableFailed:
+        failure = e.what();
+        break;
+      default:
+        break;
+    }
+    throw;
   }
 }
 
-uint32_t Table::key_width() const { return key_width_of(impl_->pool->header()); }
-uint32_t Table::value_width() const { return value_width_of(impl_->pool->header()); }
-uint64_t Table::size() const { return impl_->engine->item_count(); }
+void Table::execute(const Batch& b) {
+  impl_->check_usable();
+  if (b.size == 0) return;
+  const bool writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  if (writes) {
+    std::unique_lock lock(impl_->batches);
+    impl_->guarded([&] { impl_->engine->execute(b); });
+  } else {
+    std::shared_lock lock(impl_->batches);
+    impl_->guarded([&] { impl_->engine->execute(b); });
+  }
+}
+
+BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
+  impl_->check_usable();
+  if (b.size == 0) return {};
+  if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
+    throw Error(ErrorCode::kInvalidArgument,
+                "execute_async needs the batch's arrays in GPU memory (MemorySpace::kDevice); use execute for host arrays");
+  const bool writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  std::shared_ptr<engine::Completion> done;
+  if (writes) {
+    std::unique_lock lock(impl_->batches);
+    done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
+  } else {
+    std::shared_lock lock(impl_->batches);
+    done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
+  }
+  return BatchEvent(std::move(done));
+}
+
+DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessionOptions& options) {
+  std::unique_lock lock(impl_->batches);
+  engine::DeviceSession s = impl_->guarded([&] { return impl_->engine->begin_device_session(options.max_new_items, stream); });
+  DeviceSession r;
+  r.shape = s.shape;
+  r.key_width = s.key_width;
+  r.bytes = std::move(s.ref);
+  return r;
+}
+
+BatchEvent Table::end_device_session(CUstream_st* stream) {
+  std::unique_lock lock(impl_->batches);
+  return BatchEvent(impl_->guarded([&] { return impl_->engine->end_device_session(stream); }));
+}
+
+void BatchEvent::wait() const {
+  if (completion_) completion_->wait();
+}
+bool BatchEvent::ready() const { return !completion_ || completion_->ready(); }
+CUevent_st* BatchEvent::cuda_event() const {
+  return completion_ ? static_cast<CUevent_st*>(completion_->cuda_event()) : nullptr;
+}
+
+uint32_t Table::key_width() const {
+  impl_->check_usable();
+  return key_width_of(impl_->pool->header());
+}
+uint32_t Table::value_width() const {
+  impl_->check_usable();
+  return value_width_of(impl_->pool->header());
+}
+uint64_t Table::size() const {
+  impl_->check_usable();
+  return impl_->engine->item_count();
+}
 
 namespace {
 
@@ -196,6 +319,7 @@ TableInfo Table::inspect(const std::string& pool_spec) {
 }
 
 TableInfo Table::info() const {
+  impl_->check_usable();
   std::shared_lock lock(impl_->batches);
   engine::EngineStats s = impl_->engine->stats();
   const pool::Pool& pool = *impl_->pool;
@@ -227,33 +351,201 @@ TableInfo Table::info() const {
 
 void Table::save() {
   std::unique_lock lock(impl_->batches);
-  impl_->engine->save();
+  impl_->guarded([&] { impl_->engine->save(); });
 }
 
+namespace {
+
+int check_threads(int threads, const char* what) {
+  if (threads < 0 || threads > kMaxThreads)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} {} is not in 0..{} (0 = all hardware threads)", what, threads, kMaxThreads), "threads");
+  return threads > 0 ? threads : std::max(1, omp_get_max_threads());
+}
+
+CheckResult to_result(const engine::CheckReport& r) {
+  CheckResult c;
+  c.ok = r.ok;
+  c.violation = r.violation;
+  c.violations = r.violations;
+  c.items = r.items;
+  c.values_verified = r.values_verified;
+  return c;
+}
+
+}  // namespace
+
 CheckResult Table::check(int threads) const {
+  threads = check_threads(threads, "check threads");
+  impl_->check_usable();
   std::unique_lock lock(impl_->batches);
   impl_->engine->save();  // a GPU-memory table is checked as saved
-  if (threads <= 0) threads = std::max(1, omp_get_max_threads());
-  const engine::CheckReport r = impl_->pool->header().index_kind == format::kIndexHmeh
-                                    ? hmeh::check_index(*impl_->pool, threads, impl_->engine->item_count())
-                                    : engine::check_table(*impl_->pool, threads, impl_->engine->item_count());
-  return {r.ok, r.violation, r.items};
+  if (is_hmeh(impl_->pool->header())) return to_result(hmeh::check_index(*impl_->pool, threads, impl_->engine->item_count()));
+  return to_result(engine::check_table(*impl_->pool, {threads, impl_->engine->item_count(), false}));
+}
+
+namespace {
+
+// check_pool on an HMEH pool: a dirty pool is recovered in the private view (the engine's open
+// runs HMEH's recovery) and checked as recovery leaves it; a recovery that finds corruption
+// leaves the view as it is, and the checker reports it.
+CheckResult check_hmeh_pool(pool::Pool& pool, int threads) {
+  const bool dirty = pool.header().clean_shutdown == 0;
+  std::optional<uint64_t> expected;
+  if (dirty) {
+    try {
+      hmeh::EngineOptions o;
+      o.threads = threads;
+      hmeh::open_engine(pool, o)->abandon();  // nothing of it reaches the file (copy on write)
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kCorruptTable && e.code() != ErrorCode::kCorruptHeader) throw;
+    }
+  } else {
+    expected = pool.header().item_count;
+  }
+  CheckResult r = to_result(hmeh::check_index(pool, threads, expected));
+  r.recovered = dirty;
+  return r;
+}
+
+// repair on an HMEH pool: recovery (at open) and a check. HMEH's checker does not yet say which
+// slots to drop, so a pool that still breaks an invariant is refused, unchanged beyond recovery.
+RepairResult repair_hmeh_pool(pool::Pool& pool, int threads) {
+  RepairResult result;
+  result.recovered = pool.header().clean_shutdown == 0;
+  hmeh::EngineOptions o;
+  o.threads = threads;
+  std::unique_ptr<hmeh::Index> engine = hmeh::open_engine(pool, o);
+  const engine::CheckReport found = hmeh::check_index(pool, threads, engine->item_count());
+  if (!found.ok) {
+    engine->abandon();  // the pool stays dirty: its next open recovers it again
+    throw Error(ErrorCode::kCorruptTable,
+                "this HMEH pool breaks an invariant after recovery (" + found.violation +
+                    "), and repair cannot drop damaged HMEH items yet: copy what is readable with `gphash dump` "
+                    "into a new pool");
+  }
+  engine->close();  // marks the pool clean
+  result.items = found.items;
+  return result;
+}
+
+}  // namespace
+
+CheckResult Table::check_pool(const std::string& pool_spec, int threads) {
+  threads = check_threads(threads, "check threads");
+  pool::OpenOptions view;
+  view.copy_on_write = true;
+  auto pool = pool::Pool::open(pool_spec, view);
+  if (is_hmeh(pool->header())) return check_hmeh_pool(*pool, threads);
+  const bool dirty = pool->header().clean_shutdown == 0;
+  std::optional<uint64_t> expected;
+  if (dirty) {
+    try {
+      engine::recover_pool(*pool, threads, /*clear_damaged_move_record=*/false);
+    } catch (const Error& e) {
+      // Recovery stops at what it may not act on (a damaged maintenance record): check the table
+      // as it is, which reports that first.
+      if (e.code() != ErrorCode::kCorruptTable) throw;
+    }
+  } else {
+    expected = pool->header().item_count;
+  }
+  CheckResult r = to_result(engine::check_table(*pool, {threads, expected, false}));
+  r.recovered = dirty;
+  return r;
+}
+
+RepairResult Table::repair(const std::string& pool_spec, int threads) {
+  threads = check_threads(threads, "repair threads");
+  auto pool = pool::Pool::open(pool_spec, {});
+  if (is_hmeh(pool->header())) return repair_hmeh_pool(*pool, threads);
+  RepairResult result;
+  result.recovered = pool->header().clean_shutdown == 0;
+  const format::MaintenanceRecord& rec = *pool->maintenance();
+  try {
+    engine::validate_move_record(pool->header(), rec.move_state, rec.move_from, rec.move_to, rec.move_checksum);
+  } catch (const Error&) {
+    result.cleared_move_record = true;
+  }
+  engine::recover_pool(*pool, threads, /*clear_damaged_move_record=*/true);
+  const engine::CheckReport found = engine::check_table(*pool, {threads, std::nullopt, true});
+  const format::BucketLayout layout = format::bucket_layout(pool->header());
+  engine::TableMeta meta(*pool);
+  for (const engine::DamagedSlot& d : found.damaged) {
+    auto* state = reinterpret_cast<uint64_t*>(meta.bucket(d.at.level, d.at.bucket) + layout.state_offset(d.at.slot));
+    __atomic_store_n(state, format::kSlotEmpty, __ATOMIC_RELEASE);
+    pool->persist(state, 8);
+    result.dropped.push_back(fmt::format("key {} at {}: {}", d.key_hex, engine::describe(d.at), d.reason));
+  }
+  pool->sync();
+  const engine::CheckReport after = engine::check_table(*pool, {threads, std::nullopt, false});
+  if (!after.ok)
+    throw Error(ErrorCode::kCorruptTable, "repair could not make the pool consistent: " + after.violation);
+  meta.mark_clean(after.items);
+  result.items = after.items;
+  return result;
+}
+
+bool Table::convert(const std::string& pool_spec) { return pool::convert_pool(pool_spec); }
+
+size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_t capacity, MemorySpace memory) {
+  impl_->check_usable();
+  if (cursor.done()) return 0;
+  if (!keys) throw Error(ErrorCode::kInvalidArgument, "export needs a keys array", "keys");
+  if (memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
+    throw Error(ErrorCode::kInvalidArgument, "exporting into GPU memory needs the GPU engine");
+  std::unique_lock lock(impl_->batches);
+  const engine::EngineStats s = impl_->engine->stats();
+  if (cursor.position == 0 && cursor.exported == 0) {
+    cursor.resizes = s.resizes;
+    cursor.displacements = s.displacements;
+  } else if (cursor.resizes != s.resizes || cursor.displacements != s.displacements) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "the table was resized or an item moved since this export began, so items may have been skipped "
+                "or repeated: start the export again");
+  }
+  const size_t n = impl_->engine->export_items(
+      cursor.position, {static_cast<std::byte*>(keys), static_cast<std::byte*>(values), capacity, memory}, cursor.damaged);
+  cursor.exported += n;
+  return n;
+}
+
+TableStats Table::stats() {
+  impl_->check_usable();
+  std::unique_lock lock(impl_->batches);
+  const format::PoolHeader& h = impl_->pool->header();
+  const engine::EngineStats s = impl_->engine->stats();
+  TableStats r;
+  if (is_hmeh(h)) {  // no levels: segments, and the value heap
+    const auto& index = dynamic_cast<const hmeh::Index&>(*impl_->engine);
+    r.segments = index.hmeh_stats().segments;
+    if (!format::value_is_inline(h.hmeh.value_width)) {
+      r.heap_cells = info_from_header(h, impl_->pool->path(), impl_->pool->kind(), impl_->pool->file_size()).heap_cells;
+      r.heap_cells_used = impl_->engine->item_count();
+    }
+    return r;
+  }
+  const std::vector<uint64_t> items = impl_->engine->level_items();
+  const uint32_t bottom = s.slots ? s.bottom_level : h.gphash.bottom_level;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const uint32_t level = bottom + static_cast<uint32_t>(i);
+    r.levels.push_back({level, format::level_buckets(level) * h.gphash.slots, items[i]});
+  }
+  if (!format::value_is_inline(h.gphash.value_width)) {
+    r.heap_cells = format::heap_cell_capacity(h);
+    r.heap_cells_used = impl_->engine->item_count();
+  }
+  return r;
 }
 
 void Table::close() {
   std::unique_lock lock(impl_->batches);
-  impl_->engine->close();
-}
-
-std::string to_string(TableShape s) { return fmt::format("{}L-{}H-{}S", s.levels, s.hashes, s.slots); }
-
-TableShape parse_shape(const std::string& text) {
-  unsigned l = 0, h = 0, s = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "%uL-%uH-%uS%c", &l, &h, &s, &tail) != 3 || l > 255 || h > 255 || s > 255)
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("cannot read shape '{}': write it like 2L-2H-8S (levels, hashes, slots)", text), "shape");
-  return {static_cast<uint8_t>(l), static_cast<uint8_t>(h), static_cast<uint8_t>(s)};
+  if (!impl_->engine) return;
+  impl_->guarded([&] { impl_->engine->close(); });
+  // A closed table lets go of its pool (lock, mapping, GPU memory), so this process can open,
+  // check or copy it while the Table object still exists.
+  impl_->engine.reset();
+  impl_->pool.reset();
 }
 
 const char* to_string(Op op) noexcept {
@@ -275,6 +567,8 @@ const char* to_string(OpStatus s) noexcept {
     case OpStatus::kHeapFull: return "heap full";
     case OpStatus::kTableFull: return "table full";
     case OpStatus::kReservedKey: return "reserved key";
+    case OpStatus::kCorruptValue: return "corrupt value";
+    case OpStatus::kInvalidOp: return "invalid op";
   }
   return "?";
 }

@@ -8,7 +8,7 @@
 
 namespace gphash::engine {
 
-std::optional<MoveRecord> validate_move_record(const TableMeta& meta, uint64_t state, uint64_t from, uint64_t to,
+std::optional<MoveRecord> validate_move_record(const format::PoolHeader& h, uint64_t state, uint64_t from, uint64_t to,
                                                uint64_t checksum) {
   if (state == format::kMoveIdle) return std::nullopt;
   auto corrupt = [](const std::string& why) {
@@ -18,10 +18,11 @@ std::optional<MoveRecord> validate_move_record(const TableMeta& meta, uint64_t s
   };
   if (state != format::kMoveInProgress) corrupt("has an unknown state word " + std::to_string(state));
   if (checksum != format::move_record_checksum(from, to)) corrupt("fails its checksum");
+  if (from == to) corrupt("names the same slot as source and target");
   MoveRecord r{format::unpack_slot_address(from), format::unpack_slot_address(to)};
   for (format::SlotAddress a : {r.from, r.to})
-    if (a.level < meta.bottom_level() || a.level > meta.highest_level() || a.bucket >= format::level_buckets(a.level) ||
-        a.slot >= meta.header().gphash.slots)
+    if (a.level < h.gphash.bottom_level || a.level > format::highest_level(h) ||
+        a.bucket >= format::level_buckets(a.level) || a.slot >= h.gphash.slots)
       corrupt("names a slot outside the table");
   return r;
 }
@@ -29,7 +30,7 @@ std::optional<MoveRecord> validate_move_record(const TableMeta& meta, uint64_t s
 void resolve_move_record(TableMeta& meta) {
   pool::Pool& pool = meta.pool();
   format::MaintenanceRecord* rec = pool.maintenance();
-  const auto move = validate_move_record(meta, __atomic_load_n(&rec->move_state, __ATOMIC_ACQUIRE), rec->move_from,
+  const auto move = validate_move_record(meta.header(), __atomic_load_n(&rec->move_state, __ATOMIC_ACQUIRE), rec->move_from,
                                          rec->move_to, rec->move_checksum);
   if (!move) return;
   const format::PoolHeader& h = meta.header();

@@ -18,7 +18,7 @@ struct MoveRecord {
 // them through its Memory seam): nullopt when no move is in progress; otherwise the slots, after
 // checking the state word, the checksum and that both slots lie in the table. A record that fails
 // is never acted on: kCorruptTable, naming what is wrong and that `gphash repair` clears it.
-std::optional<MoveRecord> validate_move_record(const TableMeta& meta, uint64_t state, uint64_t from, uint64_t to,
+std::optional<MoveRecord> validate_move_record(const format::PoolHeader& h, uint64_t state, uint64_t from, uint64_t to,
                                                uint64_t checksum);
 
 // If the maintenance record says a move was in progress: when both slots hold the item, the copy

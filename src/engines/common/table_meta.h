@@ -25,9 +25,7 @@ class TableMeta {
   uint32_t bottom_level() const { return header().gphash.bottom_level; }
   uint32_t top_level() const { return format::top_level(header()); }
   // The highest level that holds items: top_level(), or one more while a resize rehashes.
-  uint32_t highest_level() const {
-    return top_level() + (header().gphash.resize_state == format::kResizeRehashing ? 1 : 0);
-  }
+  uint32_t highest_level() const { return format::highest_level(header()); }
   std::byte* level(uint32_t l) const { return pool_.at<std::byte>(header().gphash.level_offset[l]); }
   std::byte* bucket(uint32_t l, uint64_t b) const { return level(l) + b * header().gphash.bucket_bytes; }
   uint64_t slot_capacity() const { return format::slot_capacity(header()); }

@@ -12,4 +12,11 @@ std::unique_ptr<Engine> make_cpu_engine(pool::Pool& pool, const OpenOptions& opt
   });
 }
 
+void recover_pool(pool::Pool& pool, int threads, bool clear_damaged_move_record) {
+  const format::PoolHeader& h = pool.header();
+  dispatch(format::shape_of(h), h.gphash.key_width, [&]<class S, int K>() {
+    cpu::recover_pool<S, K>(pool, threads, clear_damaged_move_record);
+  });
+}
+
 }  // namespace gphash::engine

@@ -24,6 +24,7 @@ inline OpStatus to_status(Outcome o) {
     case Outcome::kNotFound: return OpStatus::kNotFound;
     case Outcome::kExists: return OpStatus::kExists;
     case Outcome::kReservedKey: return OpStatus::kReservedKey;
+    case Outcome::kCorruptValue: return OpStatus::kCorruptValue;
     default: break;
   }
   return OpStatus::kTableFull;  // slow-path outcomes never reach a caller unresolved
@@ -37,6 +38,46 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 struct alignas(64) Padded {
   int64_t value = 0;
 };
+
+// Recovery's first steps, before any operation: resolve an interrupted move and finish an
+// interrupted resize. (Slots left INSERTING elsewhere are emptied afterwards.)
+template <class Table>
+void finish_interrupted_steps(TableMeta& meta, Table& table, int threads) {
+  GPHASH_CRASH_POINT("recovery.begin");
+  table.resolve_move_record();
+  GPHASH_CRASH_POINT("recovery.after_resolve_move");
+  if (meta.header().gphash.resize_state == format::kResizeRehashing) {
+    // The rehash must not meet INSERTING slots; otherwise the recount empties them in its pass.
+    table.clear_inserting(threads);
+    GPHASH_CRASH_POINT("recovery.after_clear_inserting");
+    table.rehash_bottom(threads);
+    GPHASH_CRASH_POINT("recovery.after_rehash");
+    meta.finish_resize();
+    table.refresh();
+  }
+}
+
+// Recovery of a pool without opening an engine (check's private view, repair): the steps above,
+// then INSERTING slots emptied. Heap references are not validated here (the checker reports
+// them). A damaged maintenance record throws kCorruptTable, unless `clear_damaged_move_record`.
+template <class ShapeT, int KeyWidth>
+void recover_pool(pool::Pool& pool, int threads, bool clear_damaged_move_record) {
+  TableMeta meta(pool);
+  meta.mark_open_dirty();
+  CellAllocator unused_cells;  // recovery allocates no cells
+  CpuTable<ShapeT, KeyWidth> table(meta, DirectMemory(&pool), unused_cells);
+  format::MaintenanceRecord* rec = pool.maintenance();
+  try {
+    validate_move_record(meta.header(), rec->move_state, rec->move_from, rec->move_to, rec->move_checksum);
+  } catch (const Error& e) {
+    if (!clear_damaged_move_record || e.code() != ErrorCode::kCorruptTable) throw;
+    __atomic_store_n(&rec->move_state, format::kMoveIdle, __ATOMIC_RELEASE);
+    pool.persist(&rec->move_state, 8);
+  }
+  finish_interrupted_steps(meta, table, threads);
+  table.clear_inserting(threads);
+  pool.sync();
+}
 
 // The batch driver. Memory is the pool-access seam (memory.h); tests instantiate it with a
 // recording implementation.
@@ -56,7 +97,7 @@ class CpuEngine final : public Engine {
     const auto t0 = std::chrono::steady_clock::now();
     const bool dirty = meta_.header().clean_shutdown == 0;
     if (dirty && pool.read_only())
-      throw Error(ErrorCode::kInvalidArgument,
+      throw Error(ErrorCode::kNeedsRecovery,
                   "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
     const bool resumed_resize = dirty && meta_.header().gphash.resize_state == format::kResizeRehashing;
     if (dirty) recover();
@@ -84,8 +125,15 @@ class CpuEngine final : public Engine {
 
   std::string name() const override { return "cpu"; }
   uint64_t item_count() const override { return items_; }
+  size_t export_items(uint64_t& position, const ExportChunk& chunk, uint64_t& damaged) override {
+    if (chunk.memory != MemorySpace::kHost)
+      throw Error(ErrorCode::kInvalidArgument, "the CPU engine exports into host memory only");
+    return table_.export_items(position, chunk.keys, chunk.values, chunk.capacity, damaged);
+  }
+  std::vector<uint64_t> level_items() override { return table_.level_items(threads_); }
   EngineStats stats() const override { return stats_; }
 
+  void abandon() override { closed_ = true; }
   void close() override {
     if (closed_ || pool_.read_only()) return;
     pool_.sync();
@@ -106,6 +154,7 @@ class CpuEngine final : public Engine {
       shard(batch, threads, order, next, end);
     }
     std::vector<Padded> deltas(threads_);
+    Exhausted exhausted;
     std::vector<Outcome> stopped(threads, Outcome::kOk);
     bool writes = false;
     for (;;) {
@@ -120,7 +169,7 @@ class CpuEngine final : public Engine {
       for (int t = 0; t < threads; ++t) {
         if (next[t] == end[t]) continue;
         any_stopped = true;
-        resolve_slow_path(batch, op_index(order, next[t]), deltas);
+        resolve_slow_path(batch, op_index(order, next[t]), deltas, exhausted);
         ++next[t];
       }
       if (!any_stopped) break;
@@ -204,7 +253,13 @@ class CpuEngine final : public Engine {
   // Runs one operation that found no free slot or no free cell, alone: reclaims cached cells,
   // grows the heap, displaces an item or resizes, and retries until it completes or the pool
   // cannot grow (then it fails with kHeapFull / kTableFull and changes nothing).
-  void resolve_slow_path(const Batch& b, size_t i, std::vector<Padded>& deltas) {
+  // What could not grow during this batch: later operations fail at once instead of retrying the
+  // growth (on a full file system each retry would allocate and roll back a whole extent).
+  struct Exhausted {
+    bool heap = false, table = false;
+  };
+
+  void resolve_slow_path(const Batch& b, size_t i, std::vector<Padded>& deltas, Exhausted& exhausted) {
     int64_t& delta = deltas[0].value;
     Probe p;
     table_.prepare(p, key_of(b, i));
@@ -218,9 +273,11 @@ class CpuEngine final : public Engine {
           continue;
         }
         try {
+          if (exhausted.heap) throw Error(ErrorCode::kNoSpace, "the heap could not grow earlier in this batch");
           meta_.grow_heap();
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kNoSpace) throw;
+          exhausted.heap = true;
           b.status[i] = OpStatus::kHeapFull;
           return;
         }
@@ -242,9 +299,11 @@ class CpuEngine final : public Engine {
           return;
         }
         try {
+          if (exhausted.table) throw Error(ErrorCode::kNoSpace, "the table could not grow earlier in this batch");
           resize();
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kNoSpace) throw;
+          exhausted.table = true;
           b.status[i] = OpStatus::kTableFull;
           return;
         }
@@ -266,22 +325,7 @@ class CpuEngine final : public Engine {
     stats_.last_resize_seconds = seconds_since(t0);
   }
 
-  // Before the first operation: resolve an interrupted move and finish an interrupted resize.
-  // Slots left INSERTING elsewhere are emptied by the counting pass that follows.
-  void recover() {
-    GPHASH_CRASH_POINT("recovery.begin");
-    table_.resolve_move_record();
-    GPHASH_CRASH_POINT("recovery.after_resolve_move");
-    if (meta_.header().gphash.resize_state == format::kResizeRehashing) {
-      // The rehash must not meet INSERTING slots; otherwise the recount empties them in its pass.
-      table_.clear_inserting(threads_);
-      GPHASH_CRASH_POINT("recovery.after_clear_inserting");
-      table_.rehash_bottom(threads_);
-      GPHASH_CRASH_POINT("recovery.after_rehash");
-      meta_.finish_resize();
-      table_.refresh();
-    }
-  }
+  void recover() { finish_interrupted_steps(meta_, table_, threads_); }
 
   pool::Pool& pool_;
   TableMeta meta_;

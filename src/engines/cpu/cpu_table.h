@@ -17,9 +17,11 @@
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cell_allocator.h"
 #include "engines/cpu/memory.h"
+#include "format/cell.h"
 #include "format/hash.h"
 #include "format/layout.h"
 #include "format/shape.h"
+#include "format/probe.h"
 #include "format/slot.h"
 #include "gphash/error.h"
 #include "gphash/ops.h"
@@ -33,6 +35,7 @@ enum class Outcome : uint8_t {
   kReservedKey,
   kNeedSlot,  // no free candidate slot: needs displacement or a resize (exclusive)
   kNeedCell,  // the heap has no free cell: needs heap growth (exclusive)
+  kCorruptValue,  // search: the value fails its checksum (pools with value checksums)
 };
 
 template <class ShapeT, int KeyWidth, class Memory = DirectMemory>
@@ -76,6 +79,7 @@ class CpuTable {
     value_width_ = h.gphash.value_width;
     has_heap_ = meta_.has_heap();
     cell_size_ = h.gphash.cell_size;
+    value_checksums_ = format::has_value_checksums(h);
     heap_ = format::heap_geometry(h);
     heap_cells_ = meta_.heap_cells();
     for (uint32_t c = 0; c < h.gphash.heap_chunk_count; ++c) chunk_[c] = meta_.pool().template at<std::byte>(h.gphash.heap_chunk_offset[c]);
@@ -112,7 +116,7 @@ class CpuTable {
       Scan s = scan(p, bottom_, top_);
       if (op == Op::kSearch) {
         if (s.valid < 0) return Outcome::kNotFound;
-        if (value_out) read_value(s.match[s.valid], value_out);
+        if (value_out && !read_value(s.match[s.valid], p, value_out)) return Outcome::kCorruptValue;
         return Outcome::kOk;
       }
       if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
@@ -129,13 +133,13 @@ class CpuTable {
           --count_delta;
           return finish(Outcome::kOk);
         }
-        return finish(write_value(at, value_in, tid, cell));  // update or upsert
+        return finish(write_value(at, p, value_in, tid, cell));  // update or upsert
       }
       if (op == Op::kErase || op == Op::kUpdate) return finish(Outcome::kNotFound);
       if (!s.has_free) return finish(Outcome::kNeedSlot);
       uint64_t word;
       if (has_heap_) {
-        if (cell == kNoCell && (cell = new_cell(value_in, tid)) == kNoCell) return Outcome::kNeedCell;
+        if (cell == kNoCell && (cell = new_cell(value_in, p, tid)) == kNoCell) return Outcome::kNeedCell;
         word = cell;
       } else {
         word = inline_word(value_in);
@@ -220,7 +224,7 @@ class CpuTable {
   // Recovery: finishes or undoes the move the maintenance record names.
   void resolve_move_record() {
     format::MaintenanceRecord* rec = meta_.pool().maintenance();
-    const auto move = validate_move_record(meta_, Memory::load(&rec->move_state), Memory::load(&rec->move_from),
+    const auto move = validate_move_record(meta_.header(), Memory::load(&rec->move_state), Memory::load(&rec->move_from),
                                            Memory::load(&rec->move_to), Memory::load(&rec->move_checksum));
     if (!move) return;
     const format::SlotAddress from = move->from, to = move->to;
@@ -234,6 +238,48 @@ class CpuTable {
     Memory::store(&rec->move_state, format::kMoveIdle);
     mem_.persist(&rec->move_state, 8);
     GPHASH_CRASH_POINT("recovery.after_move_record_idle");
+  }
+
+  // Export (Engine::export_items): published items of the slots from `position` on, in slot order,
+  // into `keys` / `values` (host memory) until `capacity` are written.
+  size_t export_items(uint64_t& position, std::byte* keys, std::byte* values, size_t capacity, uint64_t& damaged) const {
+    size_t n = 0;
+    uint64_t first = 0;  // slot index of the first slot of `level`
+    for (uint32_t level = bottom_; level <= top_ && n < capacity; ++level) {
+      const uint64_t slots = format::level_buckets(level) * S;
+      for (uint64_t k = std::max(position, first); k < first + slots && n < capacity; ++k) {
+        const SlotRef at{bucket(level, (k - first) / S), level, (k - first) / S, static_cast<uint32_t>((k - first) % S)};
+        position = k + 1;
+        const uint64_t state = Memory::load(state_word(at));
+        if (!format::is_published(state)) continue;
+        Probe p;
+        load_probe(at, state, p);
+        if (values && !read_value(at, p, values + n * value_width_)) {
+          ++damaged;
+          continue;
+        }
+        std::memcpy(keys + n * KeyWidth, p.key, KeyWidth);
+        ++n;
+      }
+      first += slots;
+    }
+    if (n < capacity) position = ~uint64_t{0};  // the table ended
+    return n;
+  }
+
+  // Published slots of each active level, bottom first.
+  std::vector<uint64_t> level_items(int threads) {
+    std::vector<uint64_t> counts;
+    for (uint32_t level = bottom_; level <= top_; ++level) {
+      uint64_t items = 0;
+      const uint64_t n = format::level_buckets(level);
+#pragma omp parallel for num_threads(threads) schedule(static, 4096) reduction(+ : items)
+      for (uint64_t index = 0; index < n; ++index)
+        for (int s = 0; s < S; ++s)
+          items += format::is_published(Memory::load(state_word(SlotRef{bucket(level, index), level, index, static_cast<uint32_t>(s)})));
+      counts.push_back(items);
+    }
+    return counts;
   }
 
   // Counts published slots and marks the heap cells they reference (one bit per cell). A
@@ -303,12 +349,7 @@ class CpuTable {
     return chunk_[c] + (cell - heap_.chunk_begin(c)) * cell_size_;
   }
 
-  // Two hash functions may name the same bucket at a level; it is scanned once.
-  static bool repeated_bucket(const Probe& p, uint32_t level, int j) {
-    for (int i = 0; i < j; ++i)
-      if (format::bucket_at(p.hash[i], level) == format::bucket_at(p.hash[j], level)) return true;
-    return false;
-  }
+  static bool repeated_bucket(const Probe& p, uint32_t level, int j) { return format::repeated_bucket(p.hash, level, j); }
 
   bool key_matches(const SlotRef& at, const Probe& p) const {
     if constexpr (Layout::kKeyIsState) return true;  // the state word is the key
@@ -319,11 +360,11 @@ class CpuTable {
     else return std::memcmp(key_bytes(a), key_bytes(b), KeyWidth) == 0;
   }
 
-  // Reads all candidate buckets of p in levels [lo, hi], top level first, so ties in load go to
-  // higher levels (measured: a higher load factor before the first resize).
+  // Reads all candidate buckets of p in levels [lo, hi]: the copies of p (and the valid one) and
+  // the insert target, by the probe rules (format/probe.h).
   Scan scan(const Probe& p, uint32_t lo, uint32_t hi) const {
     Scan r;
-    int best_load = S + 1;
+    uint32_t best_score = ~0u;
     for (uint32_t level = hi + 1; level-- > lo;)
       for (int j = 0; j < H; ++j) {
         if (repeated_bucket(p, level, j)) continue;
@@ -344,8 +385,9 @@ class CpuTable {
             ++r.matches;
           }
         }
-        if (first_empty >= 0 && load < best_load) {
-          best_load = load;
+        const uint32_t score = format::target_score(load, static_cast<int>(level - lo), j, static_cast<int>(hi - lo + 1));
+        if (first_empty >= 0 && score < best_score) {
+          best_score = score;
           r.free = SlotRef{b, level, index, static_cast<uint32_t>(first_empty)};
           r.has_free = true;
         }
@@ -376,23 +418,30 @@ class CpuTable {
     return w;
   }
 
-  // A cell holding `value`, persisted before any slot can reference it.
-  uint64_t new_cell(const std::byte* value, int tid) {
+  // A cell holding `value` (and, with value checksums, its checksum for key p), persisted before
+  // any slot can reference it.
+  uint64_t new_cell(const std::byte* value, const Probe& p, int tid) {
     uint64_t cell = cells_.allocate(tid);
     if (cell == kNoCell) return kNoCell;
     std::byte* dst = cell_at(cell);
     Memory::copy(dst, value, value_width_);
-    mem_.persist(dst, value_width_);
+    if (value_checksums_) {
+      const uint64_t sum = format::value_checksum(value, value_width_, p.hash[0]);
+      Memory::copy(dst + format::cell_checksum_offset(cell_size_), &sum, 8);
+      mem_.persist(dst, cell_size_);
+    } else {
+      mem_.persist(dst, value_width_);
+    }
     GPHASH_CRASH_POINT("heap.after_cell_write");
     return cell;
   }
 
   // Out-of-place update: the new value is durable before one CAS makes it the slot's value.
-  Outcome write_value(const SlotRef& at, const std::byte* value, int tid, uint64_t& cell) {
+  Outcome write_value(const SlotRef& at, const Probe& p, const std::byte* value, int tid, uint64_t& cell) {
     uint64_t* vw = value_word(at);
     uint64_t desired;
     if (has_heap_) {
-      if (cell == kNoCell && (cell = new_cell(value, tid)) == kNoCell) return Outcome::kNeedCell;
+      if (cell == kNoCell && (cell = new_cell(value, p, tid)) == kNoCell) return Outcome::kNeedCell;
       desired = cell;
     } else {
       desired = inline_word(value);
@@ -409,12 +458,20 @@ class CpuTable {
     return Outcome::kOk;
   }
 
-  void read_value(const SlotRef& at, std::byte* out) const {
+  // Copies the value of the slot to `out`; false when it fails its checksum (then `out` holds the
+  // damaged bytes, which the caller must not report as the value).
+  bool read_value(const SlotRef& at, const Probe& p, std::byte* out) const {
     uint64_t w = Memory::load(value_word(at));
-    if (has_heap_)
-      std::memcpy(out, cell_at(w), value_width_);
-    else
+    if (!has_heap_) {
       std::memcpy(out, &w, value_width_);
+      return true;
+    }
+    const std::byte* c = cell_at(w);
+    std::memcpy(out, c, value_width_);
+    if (!value_checksums_) return true;
+    uint64_t stored;
+    std::memcpy(&stored, c + format::cell_checksum_offset(cell_size_), 8);
+    return stored == format::value_checksum(out, value_width_, p.hash[0]);
   }
 
   // Fills a claimed (INSERTING) slot and publishes it: key and value word are durable before the
@@ -507,6 +564,7 @@ class CpuTable {
   uint32_t value_width_ = 0;
   bool has_heap_ = false;
   uint32_t cell_size_ = 0;
+  bool value_checksums_ = false;
   format::HeapGeometry heap_{};
   uint64_t heap_cells_ = 0;
   std::byte* chunk_[format::kMaxHeapChunks] = {};

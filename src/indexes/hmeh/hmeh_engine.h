@@ -177,7 +177,7 @@ class HmehEngine final : public Index {
     has_heap_ = meta_.has_heap();
     const bool dirty = meta_.header().clean_shutdown == 0;
     if (dirty && pool.read_only())
-      throw Error(ErrorCode::kInvalidArgument,
+      throw Error(ErrorCode::kNeedsRecovery,
                   "pool " + pool.path() + " was not shut down cleanly; open it writable once so recovery can run");
     if (dirty) GPHASH_CRASH_POINT("hmeh.recovery.begin");
 
@@ -248,6 +248,78 @@ class HmehEngine final : public Index {
     s.global_depth = flat_.global_depth();
     s.directory_version = flat_.version();
     return s;
+  }
+
+  // After a failure: never mark the pool clean, so the next open recovers it.
+  void abandon() override { closed_ = true; }
+
+  // Export positions are slot indices over the segment arena (segment id * slots per segment +
+  // slot); segments not in the directory are skipped. A split moves items, and the facade
+  // restarts an export across one (it counts as a resize).
+  size_t export_items(uint64_t& position, const engine::ExportChunk& chunk, uint64_t& damaged) override {
+    (void)damaged;  // HMEH has no value checksums: nothing is left out
+    if (chunk.memory != MemorySpace::kHost)
+      throw Error(ErrorCode::kInvalidArgument, "HMEH has no GPU engine: it exports into host memory only");
+    const uint64_t per_segment = geo_.slots();
+    const uint64_t capacity = meta_.segments().capacity();
+    size_t n = 0;
+    for (uint64_t id = position / per_segment; id < capacity && n < chunk.capacity; ++id) {
+      const SegmentHandle& h = handle(id);
+      if (h.place.load(std::memory_order_acquire) == SegmentHandle::kNoPlace) {
+        position = (id + 1) * per_segment;
+        continue;
+      }
+      for (uint64_t k = std::max(position, id * per_segment); k < (id + 1) * per_segment && n < chunk.capacity; ++k) {
+        position = k + 1;
+        const uint64_t local = k - id * per_segment;
+        const uint64_t* slot = bucket(h.base, static_cast<uint32_t>(local / kSlotsPerBucket)) +
+                               (local % kSlotsPerBucket) * kSlotWords;
+        const uint64_t state = Memory::load(slot);
+        if (!fh::is_published(state)) continue;
+        uint64_t key[kKeyWords];
+        if constexpr (KeyWidth == 8) {
+          key[0] = fh::decode_key_word(state);
+        } else {
+          for (int i = 0; i < kKeyWords; ++i) key[i] = Memory::load(slot + Slot::kKeyWords[i]);
+        }
+        std::memcpy(chunk.keys + n * KeyWidth, key, KeyWidth);
+        if (chunk.values) read_value(Memory::load(slot + Slot::kValueWord), chunk.values + n * value_width_);
+        ++n;
+      }
+    }
+    if (n < chunk.capacity) position = ~uint64_t{0};  // the table ended
+    return n;
+  }
+
+  // HMEH has no levels: one entry, the published slots of the segments in the directory.
+  std::vector<uint64_t> level_items() override {
+    const uint64_t capacity = meta_.segments().capacity();
+    std::vector<PaddedCount> counts(static_cast<size_t>(threads_));
+    parallel_for(threads_, capacity, 16, [&](int tid, uint64_t id) {
+      const SegmentHandle& h = handle(id);
+      if (h.place.load(std::memory_order_acquire) == SegmentHandle::kNoPlace) return;
+      int64_t local = 0;
+      for (uint32_t b = 0; b < geo_.buckets; ++b)
+        for (uint32_t s = 0; s < kSlotsPerBucket; ++s) local += fh::is_published(Memory::load(bucket(h.base, b) + s * kSlotWords));
+      counts[static_cast<size_t>(tid)].value += local;
+    });
+    uint64_t total = 0;
+    for (const PaddedCount& c : counts) total += static_cast<uint64_t>(c.value);
+    return {total};
+  }
+
+  // Like the GPHash CPU engine: runs the batch at once (a stream is not used).
+  std::shared_ptr<engine::Completion> execute_async(const Batch& b, void*) override {
+    if (b.memory == MemorySpace::kDevice)
+      throw Error(ErrorCode::kInvalidArgument, "HMEH has no GPU engine: its batches are in host memory", "engine");
+    execute(b);
+    return nullptr;
+  }
+  engine::DeviceSession begin_device_session(uint64_t, void*) override {
+    throw Error(ErrorCode::kInvalidArgument, "HMEH has no GPU engine: device sessions need a GPHash pool", "engine");
+  }
+  std::shared_ptr<engine::Completion> end_device_session(void*) override {
+    throw Error(ErrorCode::kInvalidArgument, "HMEH has no GPU engine: no device session is open", "engine");
   }
 
   void close() override {

@@ -1,0 +1,80 @@
+// Faults beyond a kill (issue 15): a file system that fills up in the middle of a resize or a heap
+// growth. Runs on a small tmpfs that tests/small_tmpfs.sh mounts and names in GPHASH_SMALL_TMPFS
+// (skipped without it). Each case loads until the pool cannot grow, then checks that the failure
+// was a per-operation status, that every acknowledged write is there, and that the pool checks
+// clean and reopens.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gphash/table.h"
+#include "test_util.h"
+
+namespace gphash {
+namespace {
+
+using namespace testing::batches;
+
+std::string small_tmpfs() {
+  const char* dir = std::getenv("GPHASH_SMALL_TMPFS");
+  return dir ? dir : "";
+}
+
+struct Filled {
+  std::vector<uint64_t> acknowledged;
+  OpStatus failure = OpStatus::kOk;
+};
+
+Filled fill_until_full(const std::string& path, uint32_t value_width, EngineKind engine) {
+  OpenOptions o;
+  o.engine = engine;
+  Table t = Table::create(path, {8, value_width, {}, 1024, 11}, o);
+  Filled f;
+  for (uint64_t first = 1; f.failure == OpStatus::kOk && first < (uint64_t{1} << 32); first += 20000) {
+    const auto keys = key_range(first, 20000);
+    const auto st = run(t, Op::kInsert, keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (st[i] == OpStatus::kOk)
+        f.acknowledged.push_back(keys[i]);
+      else if (f.failure == OpStatus::kOk)
+        f.failure = st[i];
+    }
+  }
+  return f;
+}
+
+void expect_full_pool_intact(const std::string& dir, uint32_t value_width, OpStatus expected_failure) {
+  const std::string path = dir + "/fault-" + std::to_string(value_width);
+  const Filled f = fill_until_full(path, value_width, EngineKind::kCpu);
+  EXPECT_EQ(f.failure, expected_failure) << to_string(f.failure);
+  ASSERT_GT(f.acknowledged.size(), 1000u);
+  const CheckResult c = Table::check_pool(path);
+  EXPECT_TRUE(c.ok) << c.violation;
+  EXPECT_EQ(c.items, f.acknowledged.size());
+  {
+    Table t = Table::open(path);
+    EXPECT_FALSE(t.info().recovered) << "the failure left the pool dirty";
+    EXPECT_EQ(t.size(), f.acknowledged.size());
+    expect_present(t, f.acknowledged);
+    // Erasing makes room again: the pool is usable, not wedged.
+    const std::vector<uint64_t> some(f.acknowledged.begin(), f.acknowledged.begin() + 100);
+    run(t, Op::kErase, some);
+    EXPECT_EQ(run(t, Op::kInsert, some)[0], OpStatus::kOk);
+  }
+  std::remove(path.c_str());
+}
+
+TEST(FullFileSystem, ResizeThatFindsNoSpaceFailsOnlyTheInsertsThatNeedIt) {
+  if (small_tmpfs().empty()) GTEST_SKIP() << "run through tests/small_tmpfs.sh";
+  expect_full_pool_intact(small_tmpfs(), 8, OpStatus::kTableFull);
+}
+
+TEST(FullFileSystem, HeapGrowthThatFindsNoSpaceFailsOnlyTheWritesThatNeedIt) {
+  if (small_tmpfs().empty()) GTEST_SKIP() << "run through tests/small_tmpfs.sh";
+  expect_full_pool_intact(small_tmpfs(), 512, OpStatus::kHeapFull);
+}
+
+}  // namespace
+}  // namespace gphash
