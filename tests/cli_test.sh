@@ -126,7 +126,11 @@ expect 0 "convert hmeh" -- "$gphash" convert $hm; contains "convert hmeh" "alrea
 expect 0 "bench hmeh, small" -- "$gphash" bench --pool $hm.bench --index hmeh --records 5000 --operations 5000 --no-progress
 contains "bench hmeh" "table hmeh"; contains "bench hmeh" "5000 items"
 expect 0 "check the bench pool" -- "$gphash" check $hm.bench; contains "check hmeh bench" "ok (5000 items)"
-rm -f /dev/shm/$hm /dev/shm/$hm.copy /dev/shm/$hm.bench /dev/shm/$data.g
+expect 2 "hmeh segment not a power of two" -- "$gphash" create $hm.shape --index hmeh --segment-bytes 5000
+contains "hmeh segment" "not a power of two"
+expect 0 "hmeh shape options" -- "$gphash" load $hm.shape --index hmeh --segment-bytes 4096 --probe-buckets 2 --stash-buckets 0 --records 3000 --no-progress
+expect 0 "check hmeh shape" -- "$gphash" check $hm.shape; contains "check hmeh shape" "ok (3000 items)"
+rm -f /dev/shm/$hm /dev/shm/$hm.copy /dev/shm/$hm.bench /dev/shm/$hm.shape /dev/shm/$data.g
 
 [[ $fail -eq 0 ]] && echo "cli_test: all passed"
 exit $fail

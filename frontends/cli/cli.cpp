@@ -28,6 +28,7 @@ TableConfig config_of(const PoolConfigFlags& f) {
   c.hash_seed = f.seed;
   c.value_checksums = f.value_checksums;
   c.index = f.index == "hmeh" ? IndexKind::kHmeh : IndexKind::kGphash;
+  c.hmeh = {f.segment_bytes, f.probe_buckets, f.stash_buckets};
   return c;
 }
 
@@ -339,6 +340,9 @@ void Cli::add_pool_config(CLI::App* app) {
                 "Store a checksum with every heap value (values over 8 bytes); reads verify it");
   options_.choice(app, "--index", cfg_.index, {"gphash", "hmeh"},
                   "The index the pool holds (hmeh: CPU engine only, 8- or 16-byte keys; --shape does not apply)");
+  options_.number(app, "--segment-bytes", cfg_.segment_bytes, 4096, 1 << 20, "HMEH: segment size, a power of two");
+  options_.number(app, "--probe-buckets", cfg_.probe_buckets, 1, 16, "HMEH: buckets a key may sit in from its home bucket");
+  options_.number(app, "--stash-buckets", cfg_.stash_buckets, 0, 16, "HMEH: stash buckets per segment");
 }
 
 void Cli::add_engine(CLI::App* app) {
