@@ -1,6 +1,7 @@
 // Writes the seed corpus of pool_open_fuzzer into a folder: small valid pools of each key width,
-// shape and value kind (inline, heap), clean and not, each behind the fuzzer's mode byte (see
-// pool_open_fuzzer.cpp). Capacity 16 keeps every seed under ~100 KB.
+// shape and value kind (inline, heap), clean and not, and HMEH pools of both key widths, each
+// behind the fuzzer's mode byte (see pool_open_fuzzer.cpp). Capacity 16 keeps every seed under
+// ~100 KB.
 //
 //   pool_fuzz_corpus OUT_DIR
 #include <fcntl.h>
@@ -114,6 +115,14 @@ void verify_opens(const std::string& scratch, const Bytes& pool, const char* nam
   }
 }
 
+// An HMEH index of 4 KiB segments (the smallest): a seed of about 60 KB.
+gphash::TableConfig hmeh(uint32_t key_width, uint32_t value_width, uint64_t seed) {
+  gphash::TableConfig c{key_width, value_width, {2, 2, 8}, 16, seed};
+  c.index = gphash::IndexKind::kHmeh;
+  c.hmeh.segment_bytes = 4096;
+  return c;
+}
+
 struct Seed {
   const char* name;
   gphash::TableConfig config;
@@ -146,6 +155,10 @@ int main(int argc, char** argv) {
       {"k32-v100-1L4H8S", {32, 100, {1, 4, 8}, 16, 11}, 25, Seed::kClean},
       {"k8-v32-2L2H8S-resizing", {8, 32, {2, 2, 8}, 16, 12}, 20, Seed::kResizing},
       {"k16-v8-4L2H4S-resizing", {16, 8, {4, 2, 4}, 16, 13}, 30, Seed::kResizing},
+      // HMEH: both key widths, inline and heap values, split (radix tree below the root), dirty.
+      {"hmeh-k8-v8", hmeh(8, 8, 14), 20, Seed::kClean},
+      {"hmeh-k8-v24-split", hmeh(8, 24, 15), 600, Seed::kClean},
+      {"hmeh-k16-v8-dirty", hmeh(16, 8, 16), 300, Seed::kDirty},
   };
   try {
     for (const Seed& s : seeds) {

@@ -99,5 +99,38 @@ expect 1 "import into other widths" -- "$gphash" import $data.narrow $dumps/a.js
 expect 0 "info of the untouched copy" -- "$gphash" info $data.narrow; contains "narrow" "items          0"
 rm -f /dev/shm/$data /dev/shm/$data.copy /dev/shm/$data.narrow
 
+# HMEH pools: created with --index hmeh, then the same tools; a dump moves between the two indexes.
+hm=$pool.hmeh
+expect 2 "hmeh with 32-byte keys" -- "$gphash" create $hm --index hmeh --key-width 32; contains "hmeh 32" "use 8 or 16"
+expect 2 "no such index" -- "$gphash" create $hm --index btree
+expect 0 "create hmeh" -- "$gphash" create $hm --index hmeh --key-width 16 --value-width 24; contains "create hmeh" "hmeh, 16-byte keys"
+expect 0 "info hmeh" -- "$gphash" info $hm; contains "info hmeh" "table          hmeh"
+expect 0 "info hmeh --json" -- "$gphash" info $hm --json; contains "info hmeh json" '"index": "hmeh"'
+expect 0 "put hmeh" -- "$gphash" put $hm bob builder; contains "put hmeh" "ok"
+expect 0 "get hmeh" -- "$gphash" get $hm bob; contains "get hmeh" "builder"
+expect 0 "load hmeh" -- "$gphash" load $hm --records 3000 --no-progress
+expect 0 "stats hmeh" -- "$gphash" stats $hm; contains "stats hmeh" "segments"
+expect 0 "check hmeh" -- "$gphash" check $hm; contains "check hmeh" "ok (3001 items)"
+expect 2 "gpu engine on hmeh" -- "$gphash" get $hm bob --engine gpu; contains "gpu on hmeh" "use the CPU engine"
+expect 0 "dump hmeh" -- "$gphash" dump $hm --format binary -o $dumps/h.binary
+expect 0 "import hmeh into gphash" -- "$gphash" create $data.g --key-width 16 --value-width 24
+expect 0 "import hmeh dump" -- "$gphash" import $data.g $dumps/h.binary; contains "import hmeh" "imported 3001 items"
+expect 0 "gphash pool has hmeh's items" -- "$gphash" get $data.g bob; contains "hmeh to gphash" "builder"
+expect 0 "dump the gphash copy" -- "$gphash" dump $data.g -o $dumps/g.jsonl
+expect 0 "create hmeh copy" -- "$gphash" create $hm.copy --index hmeh --key-width 16 --value-width 24
+expect 0 "import into hmeh" -- "$gphash" import $hm.copy $dumps/g.jsonl; contains "import into hmeh" "imported 3001 items"
+"$gphash" dump $hm.copy -o $dumps/h2.jsonl >/dev/null 2>&1
+if ! diff <(sort $dumps/g.jsonl) <(sort $dumps/h2.jsonl) >/dev/null; then echo "FAIL: hmeh round trip differs"; fail=1; fi
+expect 0 "repair a sound hmeh pool" -- "$gphash" repair $hm; contains "repair hmeh" "3001 items"
+expect 0 "convert hmeh" -- "$gphash" convert $hm; contains "convert hmeh" "already has the current format"
+expect 0 "bench hmeh, small" -- "$gphash" bench --pool $hm.bench --index hmeh --records 5000 --operations 5000 --no-progress
+contains "bench hmeh" "table hmeh"; contains "bench hmeh" "5000 items"
+expect 0 "check the bench pool" -- "$gphash" check $hm.bench; contains "check hmeh bench" "ok (5000 items)"
+expect 2 "hmeh segment not a power of two" -- "$gphash" create $hm.shape --index hmeh --segment-bytes 5000
+contains "hmeh segment" "not a power of two"
+expect 0 "hmeh shape options" -- "$gphash" load $hm.shape --index hmeh --segment-bytes 4096 --probe-buckets 2 --stash-buckets 0 --records 3000 --no-progress
+expect 0 "check hmeh shape" -- "$gphash" check $hm.shape; contains "check hmeh shape" "ok (3000 items)"
+rm -f /dev/shm/$hm /dev/shm/$hm.copy /dev/shm/$hm.bench /dev/shm/$hm.shape /dev/shm/$data.g
+
 [[ $fail -eq 0 ]] && echo "cli_test: all passed"
 exit $fail

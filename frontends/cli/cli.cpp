@@ -27,7 +27,8 @@ TableConfig config_of(const PoolConfigFlags& f) {
   c.capacity = f.capacity;
   c.hash_seed = f.seed;
   c.value_checksums = f.value_checksums;
-  c.index = IndexKind::kGphash;
+  c.index = f.index == "hmeh" ? IndexKind::kHmeh : IndexKind::kGphash;
+  c.hmeh = {f.segment_bytes, f.probe_buckets, f.stash_buckets};
   return c;
 }
 
@@ -67,7 +68,7 @@ std::string bytes(uint64_t b) {
 }
 
 nlohmann::json to_json(const TableInfo& i) {
-  return {{"path", i.path},
+  nlohmann::json j = {{"path", i.path},
           {"pool_kind", i.pool_kind},
           {"engine", i.engine},
           {"format_version", i.format_version},
@@ -89,6 +90,11 @@ nlohmann::json to_json(const TableInfo& i) {
           {"clean_shutdown", i.clean_shutdown},
           {"in_use", i.in_use},
           {"resize_in_progress", i.resizing}};
+  if (i.index == "hmeh") {  // no shape and no levels
+    j["shape"] = nullptr;
+    j["levels"] = nullptr;
+  }
+  return j;
 }
 
 nlohmann::json to_json(const RunResult& r) {
@@ -114,9 +120,15 @@ void print_info(const TableInfo& i) {
   fmt::print("pool           {} ({}, {}){}\n", i.path, i.pool_kind, bytes(i.pool_bytes),
              i.in_use ? ", open for writing by another process" : "");
   fmt::print("format         {} (generation {}, uuid {})\n", i.format_version, i.generation, i.uuid);
-  fmt::print("table          {} {}, {}-byte keys, {}-byte values, hash seed {:#x}\n", i.index, to_string(i.shape),
-             i.key_width, i.value_width, i.hash_seed);
-  fmt::print("levels         {}..{}, {} slots\n", i.bottom_level, i.top_level, i.slots);
+  if (i.index == "hmeh") {  // no shape and no levels: segments in an arena
+    fmt::print("table          hmeh, {}-byte keys, {}-byte values, hash seed {:#x}\n", i.key_width, i.value_width,
+               i.hash_seed);
+    fmt::print("slots          {} (in the segment arena, directory or not)\n", i.slots);
+  } else {
+    fmt::print("table          {} {}, {}-byte keys, {}-byte values, hash seed {:#x}\n", i.index, to_string(i.shape),
+               i.key_width, i.value_width, i.hash_seed);
+    fmt::print("levels         {}..{}, {} slots\n", i.bottom_level, i.top_level, i.slots);
+  }
   fmt::print("items          {}{} (load factor {:.3f})\n", i.items, i.clean_shutdown ? "" : " (as of the last clean close)",
              i.load_factor);
   if (i.cell_size)
@@ -163,7 +175,8 @@ int cmd_create(const std::string& pool, const PoolConfigFlags& cfg, const Engine
   o.replace = replace;
   Table t = Table::create(pool, config_of(cfg), o);
   TableInfo i = t.info();
-  fmt::print("created {}: {}, {}-byte keys, {}-byte values, {} slots{}\n", i.path, to_string(i.shape), i.key_width,
+  fmt::print("created {}: {}, {}-byte keys, {}-byte values, {} slots{}\n", i.path,
+             i.index == "hmeh" ? std::string("hmeh") : to_string(i.shape), i.key_width,
              i.value_width, i.slots, i.value_checksums ? ", value checksums" : "");
   return 0;
 }
@@ -195,7 +208,10 @@ int cmd_check(const std::string& pool, int threads, bool json) {
   }
   fmt::print("violation: {}\n", r.violation);
   if (r.violations > 1) fmt::print("({} violations in all)\n", r.violations);
-  fmt::print("`gphash repair {}` drops the damaged items and leaves a consistent pool\n", pool);
+  if (Table::inspect(pool).index == "hmeh")
+    fmt::print("`gphash dump {}` copies what is readable (repair cannot drop damaged HMEH items yet)\n", pool);
+  else
+    fmt::print("`gphash repair {}` drops the damaged items and leaves a consistent pool\n", pool);
   return 1;
 }
 
@@ -279,7 +295,7 @@ int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& e
   fmt::print("gphash bench: {} engine, {} threads, {} ({} hardware threads)\n", table.info().engine,
              eng.threads ? eng.threads : static_cast<int>(hw), cpu_model(), hw);
   fmt::print("table {}, {}-byte keys, {}-byte values; {} records, {} operations per workload, batches of {}\n",
-             cfg.shape, cfg.key_width, cfg.value_width, wl.records, wl.operations ? wl.operations : wl.records, wl.batch);
+             cfg.index == "hmeh" ? std::string("hmeh") : cfg.shape, cfg.key_width, cfg.value_width, wl.records, wl.operations ? wl.operations : wl.records, wl.batch);
   fmt::print("throughput = operations / time inside Table::execute (generating keys and values excluded)\n");
   std::vector<RunResult> results;
   uint64_t records_now = 0;
@@ -322,7 +338,11 @@ void Cli::add_pool_config(CLI::App* app) {
   options_.number(app, "--seed", cfg_.seed, 0, UINT64_MAX, "Hash seed (random if not given)");
   options_.flag(app, "--value-checksums", cfg_.value_checksums,
                 "Store a checksum with every heap value (values over 8 bytes); reads verify it");
-  options_.choice(app, "--index", cfg_.index, {"gphash"}, "The index the pool holds");
+  options_.choice(app, "--index", cfg_.index, {"gphash", "hmeh"},
+                  "The index the pool holds (hmeh: CPU engine only, 8- or 16-byte keys; --shape does not apply)");
+  options_.number(app, "--segment-bytes", cfg_.segment_bytes, 4096, 1 << 20, "HMEH: segment size, a power of two");
+  options_.number(app, "--probe-buckets", cfg_.probe_buckets, 1, 16, "HMEH: buckets a key may sit in from its home bucket");
+  options_.number(app, "--stash-buckets", cfg_.stash_buckets, 0, 16, "HMEH: stash buckets per segment");
 }
 
 void Cli::add_engine(CLI::App* app) {

@@ -30,6 +30,9 @@ struct PoolConfigFlags {
   std::optional<uint64_t> seed;
   bool value_checksums = false;
   std::string index = "gphash";
+  uint32_t segment_bytes = 16384;  // HMEH only (the defaults of HmehConfig)
+  uint32_t probe_buckets = 4;
+  uint32_t stash_buckets = 4;
 };
 
 struct EngineFlags {

@@ -169,7 +169,12 @@ class DataCommands final : public CommandGroup {
     if (json_) {
       nlohmann::json j = {{"items", i.items},         {"slots", i.slots},        {"load_factor", i.load_factor},
                           {"levels", {}},             {"heap_cells", s.heap_cells}, {"heap_cells_used", s.heap_cells_used},
-                          {"pool_bytes", i.pool_bytes}, {"engine", i.engine},    {"recovered", i.recovered}};
+                          {"pool_bytes", i.pool_bytes}, {"engine", i.engine},    {"recovered", i.recovered},
+                          {"index", i.index}};
+      if (i.index == "hmeh") {
+        j["segments"] = s.segments;
+        j["levels"] = nlohmann::json::array();
+      }
       for (const LevelStats& l : s.levels)
         j["levels"].push_back({{"level", l.level}, {"slots", l.slots}, {"items", l.items}});
       fmt::print("{}\n", j.dump(2));
@@ -177,6 +182,7 @@ class DataCommands final : public CommandGroup {
     }
     fmt::print("pool           {} ({} engine{})\n", i.path, i.engine, i.recovered ? ", recovered at open" : "");
     fmt::print("items          {} in {} slots (load factor {:.3f})\n", i.items, i.slots, i.load_factor);
+    if (i.index == "hmeh") fmt::print("segments       {}\n", s.segments);
     for (const LevelStats& l : s.levels)
       fmt::print("level {:<8} {} items in {} slots ({:.3f})\n", l.level, l.items, l.slots,
                  l.slots ? static_cast<double>(l.items) / static_cast<double>(l.slots) : 0.0);

@@ -21,6 +21,17 @@ TableShape parse_shape(const std::string& text);   // inverse; throws Error(kInv
 // The persistent index a pool holds (fixed when it is created).
 enum class IndexKind {
   kGphash,  // GPHash: multi-level table for GPU and CPU engines (the default)
+  // HMEH: extendible hashing for a CPU with persistent memory (flat directory in DRAM, radix-tree
+  // directory in the pool, Cross-KV slots). CPU only; 8- and 16-byte keys; it reserves the 8-byte
+  // keys 0xFFFFFFFFFFFFFFFF, ...FFFE and ...FFFD (kReservedKey).
+  kHmeh,
+};
+
+// The shape of an HMEH index (TableConfig::hmeh; ignored for GPHash).
+struct HmehConfig {
+  uint32_t segment_bytes = 16384;  // a power of two, 4 KiB .. 1 MiB
+  uint32_t probe_buckets = 4;      // linear probing over this many 64-byte buckets (1 .. 16)
+  uint32_t stash_buckets = 4;      // stash buckets per segment (0 .. 16)
 };
 
 struct TableConfig {
@@ -36,6 +47,7 @@ struct TableConfig {
   // cell. Costs 8 bytes per cell and a checksum per value written and read.
   bool value_checksums = false;
   IndexKind index = IndexKind::kGphash;
+  HmehConfig hmeh{};  // shape of an HMEH index (index = kHmeh); shape above is GPHash's
 };
 
 // The most worker threads an engine or check may be given (more is refused as invalid).

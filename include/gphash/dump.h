@@ -1,6 +1,6 @@
 // Dumps: every item of a table in a file, to copy, inspect or back up a pool's data and load it
 // into another pool (`gphash dump`, `gphash import`). Two formats, both documented in
-// docs/FORMAT.md section 9:
+// docs/FORMAT.md section 11:
 //   jsonl   one JSON object per line: a header line with the widths, one line per item with key
 //           and value in hex, and an end line with the item count (a cut-off file is detected);
 //   binary  a 32-byte header, the items as raw key and value bytes, a trailer with the item count

@@ -85,7 +85,8 @@ struct LevelStats {
 };
 
 struct TableStats {
-  std::vector<LevelStats> levels;  // active levels, bottom first
+  std::vector<LevelStats> levels;  // active levels, bottom first (GPHash; none for HMEH)
+  uint64_t segments = 0;           // HMEH: segments in the directory (0 for GPHash)
   uint64_t heap_cells = 0;         // cells in the value heap (0: values are inline)
   uint64_t heap_cells_used = 0;
 };

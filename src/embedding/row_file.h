@@ -24,7 +24,7 @@ struct RowFileHeader {
   uint64_t next_row;      // rows ever handed out (bump allocator; reused rows come from the free list)
 };
 inline constexpr size_t kRowDataOffset = 4096;
-// docs/FORMAT.md section 9 documents these offsets.
+// docs/FORMAT.md section 10 documents these offsets.
 static_assert(offsetof(RowFileHeader, dtype) == 12 && offsetof(RowFileHeader, stride) == 20);
 static_assert(offsetof(RowFileHeader, capacity) == 24 && offsetof(RowFileHeader, default_value) == 32);
 static_assert(offsetof(RowFileHeader, checksum) == 40 && offsetof(RowFileHeader, next_row) == 48);

@@ -13,6 +13,7 @@
 
 #include "format/hash.h"
 #include "format/hd.h"
+#include "format/hmeh/meta.h"
 #include "format/layout.h"
 #include "format/shape.h"
 
@@ -39,6 +40,7 @@ inline constexpr uint32_t kMaxHeapChunks = 40;
 // section (PoolHeader::gphash, ...) is the index's own metadata.
 enum IndexKind : uint32_t {
   kIndexGphash = 1,  // GPHash: levels of buckets, the value heap (this file, layout.h, slot.h)
+  kIndexHmeh = 2,    // HMEH: extendible hashing with a radix-tree directory (format/hmeh/)
 };
 
 enum ResizeState : uint32_t {
@@ -99,6 +101,7 @@ struct PoolHeader {
   // The index's own metadata, selected by index_kind.
   union {
     GphashMeta gphash;
+    HmehMeta hmeh;
     unsigned char index_section[kIndexSectionBytes];
   };
   uint64_t checksum;  // XXH64 (seed 0) of bytes [0, 4088)
@@ -110,6 +113,7 @@ static_assert(offsetof(PoolHeader, index_kind) == 72);
 static_assert(offsetof(PoolHeader, item_count) == 88);
 static_assert(offsetof(PoolHeader, pool_used) == 96);
 static_assert(offsetof(PoolHeader, gphash) == kIndexSectionOffset);
+static_assert(offsetof(PoolHeader, hmeh) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, checksum) == 4088);
 
 // The maintenance page records the one multi-slot step that is not naturally atomic: moving an
@@ -133,7 +137,7 @@ GPHASH_HD uint64_t move_record_checksum(uint64_t move_from, uint64_t move_to) {
 uint64_t header_checksum(const PoolHeader& h);
 void seal(PoolHeader& h);  // sets the checksum
 
-// Derived geometry.
+// Derived geometry of a GPHash pool (index_kind 1).
 inline uint32_t top_level(const PoolHeader& h) { return h.gphash.bottom_level + h.gphash.levels - 1; }
 // The highest level that holds items: the top level, or one more while a resize rehashes.
 inline uint32_t highest_level(const PoolHeader& h) {

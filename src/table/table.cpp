@@ -13,6 +13,8 @@
 #include "engines/cpu/cpu_engine.h"
 #include "engines/engine.h"
 #include "format/header.h"
+#include "format/hmeh/layout.h"
+#include "indexes/hmeh/hmeh.h"
 #include "pool/pool.h"
 #if GPHASH_HAVE_CUDA
 #include "engines/gpu/gpu_engine.h"
@@ -36,7 +38,16 @@ struct Table::Impl {
 
 namespace {
 
+[[noreturn]] void refuse_gpu_on_hmeh() {
+  throw Error(ErrorCode::kInvalidArgument,
+              "the GPU engine works on GPHash pools only; this pool holds an HMEH index: use the CPU engine", "engine");
+}
+
 std::unique_ptr<engine::Engine> make_engine(pool::Pool& pool, const OpenOptions& options) {
+  if (pool.header().index_kind == format::kIndexHmeh) {
+    if (options.engine != EngineKind::kCpu) refuse_gpu_on_hmeh();
+    return hmeh::open_engine(pool, hmeh::engine_options(options));
+  }
   if (options.engine == EngineKind::kCpu) return engine::make_cpu_engine(pool, options);
 #if GPHASH_HAVE_CUDA
   return engine::make_gpu_engine(pool, options);
@@ -56,6 +67,16 @@ void check_options(const OpenOptions& o) {
 
 bool needs_value(Op op) { return op == Op::kInsert || op == Op::kUpsert || op == Op::kUpdate; }
 
+bool is_hmeh(const format::PoolHeader& h) { return h.index_kind == format::kIndexHmeh; }
+
+// The widths of the pool's index, whichever it is.
+uint32_t key_width_of(const format::PoolHeader& h) {
+  return h.index_kind == format::kIndexHmeh ? h.hmeh.key_width : h.gphash.key_width;
+}
+uint32_t value_width_of(const format::PoolHeader& h) {
+  return h.index_kind == format::kIndexHmeh ? h.hmeh.value_width : h.gphash.value_width;
+}
+
 }  // namespace
 
 Table::Table(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -74,10 +95,14 @@ Table::~Table() {
 
 Table Table::create(const std::string& pool_spec, const TableConfig& config, const OpenOptions& options) {
   check_options(options);
+  if (config.index == IndexKind::kHmeh && options.engine != EngineKind::kCpu) refuse_gpu_on_hmeh();
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace, options.pool_file_mode});
-  engine::TableMeta::initialize(*impl->pool, config);
+  if (config.index == IndexKind::kHmeh)
+    hmeh::initialize(*impl->pool, config);
+  else
+    engine::TableMeta::initialize(*impl->pool, config);
   impl->pool->publish();
   impl->engine = make_engine(*impl->pool, options);
   return Table(std::move(impl));
@@ -99,9 +124,9 @@ namespace {
 bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options) {
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
-  if (b.key_width != h.gphash.key_width)
+  if (b.key_width != key_width_of(h))
     throw Error(ErrorCode::kKeyWidthMismatch,
-                fmt::format("key width mismatch: pool has {}, batch gives {}", h.gphash.key_width, b.key_width), "key_width");
+                fmt::format("key width mismatch: pool has {}, batch gives {}", key_width_of(h), b.key_width), "key_width");
   if (b.memory == MemorySpace::kDevice && options.engine != EngineKind::kGpu)
     throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
   bool writes = false, values_needed = false;
@@ -124,9 +149,9 @@ bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Poo
                 b.ops && b.memory == MemorySpace::kDevice
                     ? "malformed batch: a mixed batch in GPU memory needs a values array (its ops are not read on the host)"
                     : "malformed batch: insert, upsert and update need values");
-  if ((values_needed || b.values_out) && b.value_width != h.gphash.value_width)
+  if ((values_needed || b.values_out) && b.value_width != value_width_of(h))
     throw Error(ErrorCode::kValueWidthMismatch,
-                fmt::format("value width mismatch: pool has {}, batch gives {}", h.gphash.value_width, b.value_width),
+                fmt::format("value width mismatch: pool has {}, batch gives {}", value_width_of(h), b.value_width),
                 "value_width");
   if (writes && pool.read_only() && !(b.ops && b.memory == MemorySpace::kDevice))
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", pool.path()));
@@ -225,11 +250,11 @@ CUevent_st* BatchEvent::cuda_event() const {
 
 uint32_t Table::key_width() const {
   impl_->check_usable();
-  return impl_->pool->header().gphash.key_width;
+  return key_width_of(impl_->pool->header());
 }
 uint32_t Table::value_width() const {
   impl_->check_usable();
-  return impl_->pool->header().gphash.value_width;
+  return value_width_of(impl_->pool->header());
 }
 uint64_t Table::size() const {
   impl_->check_usable();
@@ -238,10 +263,36 @@ uint64_t Table::size() const {
 
 namespace {
 
+// An HMEH pool: the shape and levels say nothing (left zero); slots counts the segment arena's
+// slots (inspect) or the directory's segments' (an open table), heap cells the heap arena's.
+TableInfo info_from_hmeh_header(const format::PoolHeader& h, TableInfo i) {
+  const format::HmehMeta& m = h.hmeh;
+  auto units = [](uint64_t first, uint32_t chunks) { return format::HeapGeometry{first, 0}.chunk_begin(chunks); };
+  i.index = "hmeh";
+  i.key_width = m.key_width;
+  i.value_width = m.value_width;
+  i.shape = {0, 0, 0};
+  i.hash_seed = m.hash_seed;
+  i.items = h.item_count;
+  i.slots = units(m.segment_first_chunk, m.segment_chunk_count) * (uint64_t{1} << m.segment_bytes_log2) /
+            format::hmeh::slot_bytes(m.key_width);
+  i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
+  i.heap_cells = format::value_is_inline(m.value_width) ? 0 : units(m.heap_first_chunk_cells, m.heap_chunk_count);
+  i.cell_size = m.cell_size;
+  return i;
+}
+
 TableInfo info_from_header(const format::PoolHeader& h, const std::string& path, pool::PoolKind kind, uint64_t file_size) {
   TableInfo i;
   i.path = path;
   i.pool_kind = pool::to_string(kind);
+  i.pool_bytes = file_size;
+  i.clean_shutdown = h.clean_shutdown != 0;
+  i.generation = h.generation;
+  i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
+  i.value_checksums = format::has_value_checksums(h);
+  for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
+  if (h.index_kind == format::kIndexHmeh) return info_from_hmeh_header(h, i);
   i.index = h.index_kind == format::kIndexGphash ? "gphash" : "unknown";
   i.key_width = h.gphash.key_width;
   i.value_width = h.gphash.value_width;
@@ -252,15 +303,9 @@ TableInfo info_from_header(const format::PoolHeader& h, const std::string& path,
   i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
   i.bottom_level = h.gphash.bottom_level;
   i.top_level = format::top_level(h);
-  i.pool_bytes = file_size;
   i.heap_cells = format::heap_cell_capacity(h);
   i.cell_size = h.gphash.cell_size;
-  i.clean_shutdown = h.clean_shutdown != 0;
   i.resizing = h.gphash.resize_state != format::kResizeNone;
-  i.generation = h.generation;
-  i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
-  i.value_checksums = format::has_value_checksums(h);
-  for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
   return i;
 }
 
@@ -283,8 +328,10 @@ TableInfo Table::info() const {
   i.items = impl_->engine->item_count();
   if (s.slots) {
     i.slots = s.slots;
-    i.bottom_level = s.bottom_level;
-    i.top_level = s.bottom_level + i.shape.levels - 1;
+    if (i.index == "gphash") {
+      i.bottom_level = s.bottom_level;
+      i.top_level = s.bottom_level + i.shape.levels - 1;
+    }
   }
   i.load_factor = i.slots ? static_cast<double>(i.items) / static_cast<double>(i.slots) : 0;
   i.recovered = s.recovered;
@@ -333,14 +380,63 @@ CheckResult Table::check(int threads) const {
   impl_->check_usable();
   std::unique_lock lock(impl_->batches);
   impl_->engine->save();  // a GPU-memory table is checked as saved
+  if (is_hmeh(impl_->pool->header())) return to_result(hmeh::check_index(*impl_->pool, threads, impl_->engine->item_count()));
   return to_result(engine::check_table(*impl_->pool, {threads, impl_->engine->item_count(), false}));
 }
+
+namespace {
+
+// check_pool on an HMEH pool: a dirty pool is recovered in the private view (the engine's open
+// runs HMEH's recovery) and checked as recovery leaves it; a recovery that finds corruption
+// leaves the view as it is, and the checker reports it.
+CheckResult check_hmeh_pool(pool::Pool& pool, int threads) {
+  const bool dirty = pool.header().clean_shutdown == 0;
+  std::optional<uint64_t> expected;
+  if (dirty) {
+    try {
+      hmeh::EngineOptions o;
+      o.threads = threads;
+      hmeh::open_engine(pool, o)->abandon();  // nothing of it reaches the file (copy on write)
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kCorruptTable && e.code() != ErrorCode::kCorruptHeader) throw;
+    }
+  } else {
+    expected = pool.header().item_count;
+  }
+  CheckResult r = to_result(hmeh::check_index(pool, threads, expected));
+  r.recovered = dirty;
+  return r;
+}
+
+// repair on an HMEH pool: recovery (at open) and a check. HMEH's checker does not yet say which
+// slots to drop, so a pool that still breaks an invariant is refused, unchanged beyond recovery.
+RepairResult repair_hmeh_pool(pool::Pool& pool, int threads) {
+  RepairResult result;
+  result.recovered = pool.header().clean_shutdown == 0;
+  hmeh::EngineOptions o;
+  o.threads = threads;
+  std::unique_ptr<hmeh::Index> engine = hmeh::open_engine(pool, o);
+  const engine::CheckReport found = hmeh::check_index(pool, threads, engine->item_count());
+  if (!found.ok) {
+    engine->abandon();  // the pool stays dirty: its next open recovers it again
+    throw Error(ErrorCode::kCorruptTable,
+                "this HMEH pool breaks an invariant after recovery (" + found.violation +
+                    "), and repair cannot drop damaged HMEH items yet: copy what is readable with `gphash dump` "
+                    "into a new pool");
+  }
+  engine->close();  // marks the pool clean
+  result.items = found.items;
+  return result;
+}
+
+}  // namespace
 
 CheckResult Table::check_pool(const std::string& pool_spec, int threads) {
   threads = check_threads(threads, "check threads");
   pool::OpenOptions view;
   view.copy_on_write = true;
   auto pool = pool::Pool::open(pool_spec, view);
+  if (is_hmeh(pool->header())) return check_hmeh_pool(*pool, threads);
   const bool dirty = pool->header().clean_shutdown == 0;
   std::optional<uint64_t> expected;
   if (dirty) {
@@ -362,6 +458,7 @@ CheckResult Table::check_pool(const std::string& pool_spec, int threads) {
 RepairResult Table::repair(const std::string& pool_spec, int threads) {
   threads = check_threads(threads, "repair threads");
   auto pool = pool::Pool::open(pool_spec, {});
+  if (is_hmeh(pool->header())) return repair_hmeh_pool(*pool, threads);
   RepairResult result;
   result.recovered = pool->header().clean_shutdown == 0;
   const format::MaintenanceRecord& rec = *pool->maintenance();
@@ -419,6 +516,15 @@ TableStats Table::stats() {
   const format::PoolHeader& h = impl_->pool->header();
   const engine::EngineStats s = impl_->engine->stats();
   TableStats r;
+  if (is_hmeh(h)) {  // no levels: segments, and the value heap
+    const auto& index = dynamic_cast<const hmeh::Index&>(*impl_->engine);
+    r.segments = index.hmeh_stats().segments;
+    if (!format::value_is_inline(h.hmeh.value_width)) {
+      r.heap_cells = info_from_header(h, impl_->pool->path(), impl_->pool->kind(), impl_->pool->file_size()).heap_cells;
+      r.heap_cells_used = impl_->engine->item_count();
+    }
+    return r;
+  }
   const std::vector<uint64_t> items = impl_->engine->level_items();
   const uint32_t bottom = s.slots ? s.bottom_level : h.gphash.bottom_level;
   for (size_t i = 0; i < items.size(); ++i) {

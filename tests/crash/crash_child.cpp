@@ -7,8 +7,8 @@
 // point, which widens a race window between the engine's threads at that step.
 //
 // Usage: crash_child --pool PATH --report-fd FD [--create --key-width K --value-width V
-//        --shape 2L-2H-8S --capacity C] [--engine cpu|gpu] [--threads T] --seed S
-//        --first-batch B [--max-batches N] [workload options, see WorkloadParams]
+//        --index gphash|hmeh --shape 2L-2H-8S --segment-bytes B --capacity C] [--engine cpu|gpu]
+//        [--threads T] --seed S --first-batch B [--max-batches N] [workload options, see WorkloadParams]
 #include <omp.h>
 #include <unistd.h>
 
@@ -72,6 +72,8 @@ struct Args {
   bool create = false;
   uint32_t capacity = 64;
   std::string shape = "2L-2H-8S";
+  std::string index = "gphash";
+  uint32_t segment_bytes = 16384;  // HMEH
   std::string engine = "cpu";
   int threads = 2;
   uint64_t seed = 1;
@@ -92,6 +94,8 @@ int run(const Args& a, ReportWriter& out) {
     config.key_width = a.params.key_width;
     config.value_width = a.params.value_width;
     config.shape = parse_shape(a.shape);
+    config.index = a.index == "hmeh" ? IndexKind::kHmeh : IndexKind::kGphash;
+    config.hmeh.segment_bytes = a.segment_bytes;
     config.capacity = a.capacity;
     config.hash_seed = a.seed;
     options.replace = true;
@@ -134,7 +138,9 @@ int main(int argc, char** argv) {
   app.add_option("--report-fd", a.report_fd, "file descriptor for the BEGIN/ACK stream");
   app.add_flag("--create", a.create, "create (replace) the pool instead of opening it");
   app.add_option("--capacity", a.capacity, "initial capacity of a created pool (small: many resizes)");
-  app.add_option("--shape", a.shape, "shape of a created pool");
+  app.add_option("--shape", a.shape, "shape of a created pool (GPHash)");
+  app.add_option("--index", a.index, "index of a created pool")->check(CLI::IsMember({"gphash", "hmeh"}));
+  app.add_option("--segment-bytes", a.segment_bytes, "segment size of a created HMEH pool");
   app.add_option("--engine", a.engine, "engine")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--threads", a.threads, "CPU engine threads (1: deterministic store order)");
   app.add_option("--seed", a.seed, "workload seed (also the hash seed of a created pool)");

@@ -32,19 +32,30 @@ namespace {
 struct SweepConfig {
   const char* name;
   uint32_t key_width, value_width;
-  const char* shape;
+  const char* shape;  // GPHash; nullptr: an HMEH pool (4 KiB segments, so a small key space splits)
 };
-// Every key width with every shape, inline values (8 and 4 bytes) and heap values.
+// GPHash: every key width with every shape, inline values (8 and 4 bytes) and heap values.
+// HMEH: both key widths, inline and heap values.
 const SweepConfig kConfigs[] = {
     {"k8_v8_2L2H8S", 8, 8, "2L-2H-8S"},       {"k16_v40_4L2H4S", 16, 40, "4L-2H-4S"},
     {"k32_v128_1L4H8S", 32, 128, "1L-4H-8S"}, {"k8_v24_4L2H4S", 8, 24, "4L-2H-4S"},
     {"k16_v4_1L4H8S", 16, 4, "1L-4H-8S"},     {"k32_v16_2L2H8S", 32, 16, "2L-2H-8S"},
+    {"hmeh_k8_v8", 8, 8, nullptr},            {"hmeh_k16_v40", 16, 40, nullptr},
+    {"hmeh_k8_v24", 8, 24, nullptr},
 };
 constexpr int64_t kBatches = 48;
 
 std::string engine_under_test() { return env_string("GPHASH_CRASH_ENGINE", "cpu"); }
 
-bool in_scope(const crash::PointInfo& p) {
+bool is_hmeh(const SweepConfig& c) { return c.shape == nullptr; }
+// The GPU engine runs GPHash pools only.
+bool runs(const SweepConfig& c) { return !is_hmeh(c) || engine_under_test() == "cpu"; }
+
+// Whether a configuration's runs should reach a point: HMEH pools reach HMEH's points and the
+// header writes; GPHash pools the common points and those of the engine under test.
+bool in_scope(const crash::PointInfo& p, const SweepConfig& c) {
+  if (is_hmeh(c)) return p.scope == crash::kHmeh || std::string(p.name).rfind("header.", 0) == 0;
+  if (p.scope == crash::kHmeh) return false;
   return p.scope == crash::kCommon || (p.scope == crash::kCpu) == (engine_under_test() == "cpu");
 }
 
@@ -57,8 +68,15 @@ PoolUnderTest sweep_pool(const SweepConfig& c, const std::string& tag) {
   p.key_space_max = 2400;
   p.max_batch_ops = 200;
   const uint64_t seed = static_cast<uint64_t>(env_int("GPHASH_CRASH_SEED", 1));
-  PoolUnderTest pool(fmt::format("/dev/shm/gphash-sweep-{}-{}-{}", getpid(), c.name, tag), c.shape, p, seed);
+  PoolUnderTest pool(fmt::format("/dev/shm/gphash-sweep-{}-{}-{}", getpid(), c.name, tag),
+                     is_hmeh(c) ? "2L-2H-8S" : c.shape, p, seed);
   pool.capacity = 32;
+  if (is_hmeh(c)) {  // enough records to split 4 KiB segments of 8-byte keys several times
+    pool.index = "hmeh";
+    pool.segment_bytes = 4096;
+    pool.params.key_space_max = 4800;
+    pool.params.max_batch_ops = 500;
+  }
   pool.threads = 1;  // one thread: the N-th hit of a point is the same moment in every run
   pool.engine = engine_under_test();
   remove_pool_and_leftovers(pool.path);
@@ -113,9 +131,10 @@ const std::vector<uint64_t>& workload_hits(const SweepConfig& c) {
   return cache[c.name] = hits;
 }
 
-// Crashes that leave recovery work, as (point, which hit): a resize interrupted before any item
-// moved and in the middle of its rehash, a move with both copies published, and an insert whose
-// slot is claimed but not published.
+// Crashes that leave recovery work, as (point, which hit). GPHash: a resize interrupted before any
+// item moved and in the middle of its rehash, a move with both copies published, and an insert
+// whose slot is claimed but not published. HMEH: an insert's claim, and a split just published
+// (the flat directory must be rebuilt from the radix tree, the old segment is free again).
 struct SetupPoint {
   const char* point;
   double fraction;  // of the workload's hits of that point (0: the first hit)
@@ -126,6 +145,14 @@ const SetupPoint kSetups[] = {
     {"move.after_link", 0},
     {"insert.after_claim", 0.5},
 };
+const SetupPoint kHmehSetups[] = {
+    {"hmeh.insert.after_claim", 0.5},
+    {"hmeh.split.after_publish", 0.5},
+};
+std::vector<SetupPoint> setups_for(const SweepConfig& c) {
+  if (is_hmeh(c)) return {std::begin(kHmehSetups), std::end(kHmehSetups)};
+  return {std::begin(kSetups), std::end(kSetups)};
+}
 
 // A first crash that leaves recovery work, and which points recovery of it reaches how often.
 struct SetupCrash {
@@ -166,10 +193,11 @@ class CrashPointSweep : public ::testing::TestWithParam<SweepConfig> {};
 
 TEST_P(CrashPointSweep, CrashAtEveryPointKeepsAcknowledgedState) {
   const SweepConfig c = GetParam();
+  if (!runs(c)) GTEST_SKIP() << "the GPU engine runs GPHash pools only";
   const std::vector<uint64_t>& hits = workload_hits(c);
   uint64_t crashes = 0, in_flight = 0, points = 0;
   for (int point = 0; point < crash::kPointCount; ++point) {
-    if (!in_scope(crash::kPoints[point]) || hits[point] == 0) continue;
+    if (!in_scope(crash::kPoints[point], c) || hits[point] == 0) continue;
     ++points;
     for (uint64_t n : hit_numbers(hits[point])) {
       const std::string what = fmt::format("{} at {}:{}", c.name, crash::kPoints[point].name, n);
@@ -201,7 +229,7 @@ TEST_P(CrashPointSweep, CrashDuringRecoveryThenRecoverAgain) {
   if (engine_under_test() != "cpu") GTEST_SKIP() << "the setups name CPU-engine points";
   const SweepConfig c = GetParam();
   uint64_t runs = 0;
-  for (const SetupPoint& setup : kSetups) {
+  for (const SetupPoint& setup : setups_for(c)) {
     const SetupCrash s = setup_crash(c, setup);
     if (!s.pool) continue;
     ASSERT_FALSE(HasFailure());
@@ -241,11 +269,14 @@ INSTANTIATE_TEST_SUITE_P(Configurations, CrashPointSweep, ::testing::ValuesIn(kC
 // sure that is every point in scope, so a point added to the list cannot go unswept.
 TEST(CrashPointCoverage, EveryPointInScopeIsReachedByTheSweep) {
   std::vector<uint64_t> reached(crash::kPointCount, 0);
+  std::vector<bool> wanted(crash::kPointCount, false);
   for (const SweepConfig& c : kConfigs) {
+    if (!runs(c)) continue;
+    for (int i = 0; i < crash::kPointCount; ++i) wanted[i] = wanted[i] || in_scope(crash::kPoints[i], c);
     const std::vector<uint64_t>& hits = workload_hits(c);
     for (int i = 0; i < crash::kPointCount; ++i) reached[i] += hits[i];
     if (engine_under_test() != "cpu") continue;
-    for (const SetupPoint& setup : kSetups) {
+    for (const SetupPoint& setup : setups_for(c)) {
       const SetupCrash s = setup_crash(c, setup);
       for (int i = 0; i < crash::kPointCount && s.pool; ++i) reached[i] += s.recovery_hits[i];
       remove_setup(s);
@@ -254,7 +285,7 @@ TEST(CrashPointCoverage, EveryPointInScopeIsReachedByTheSweep) {
   std::vector<std::string> missed;
   int in_scope_count = 0;
   for (int i = 0; i < crash::kPointCount; ++i) {
-    if (!in_scope(crash::kPoints[i])) continue;
+    if (!wanted[i]) continue;
     ++in_scope_count;
     if (reached[i] == 0) missed.push_back(crash::kPoints[i].name);
   }

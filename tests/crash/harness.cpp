@@ -38,15 +38,18 @@ std::vector<std::string> PoolUnderTest::child_args(std::optional<int64_t> max_ba
                                 "--max-batch-ops",
                                 std::to_string(params.max_batch_ops)};
   if (!file_exists(path)) {
-    a.insert(a.end(), {"--create", "--shape", shape, "--capacity", std::to_string(capacity)});
+    a.insert(a.end(), {"--create", "--index", index, "--shape", shape, "--segment-bytes", std::to_string(segment_bytes),
+                       "--capacity", std::to_string(capacity)});
   }
   if (max_batches) a.insert(a.end(), {"--max-batches", std::to_string(*max_batches)});
   return a;
 }
 
 std::string PoolUnderTest::describe() const {
-  return fmt::format("pool {} (key width {}, value width {}, shape {}, capacity {}, seed {}, engine {}, threads {})",
-                     path, params.key_width, params.value_width, shape, capacity, seed, engine, threads);
+  const std::string layout =
+      index == "hmeh" ? fmt::format("hmeh, {}-byte segments", segment_bytes) : fmt::format("gphash {}", shape);
+  return fmt::format("pool {} (key width {}, value width {}, {}, capacity {}, seed {}, engine {}, threads {})", path,
+                     params.key_width, params.value_width, layout, capacity, seed, engine, threads);
 }
 
 std::vector<std::string> absorb_report(PoolUnderTest& pool, const ChildReport& report,
@@ -111,13 +114,14 @@ PoolProbe probe_pool(const std::string& path) {
     if (format::header_checksum(h[c]) != h[c].checksum) continue;
     if (!best || h[c].generation > best->generation) best = &h[c];
   }
+  const bool gphash = best && best->index_kind == format::kIndexGphash;
   if (best) {
     probe.valid = true;
     probe.clean = best->clean_shutdown != 0;
-    probe.resizing = best->gphash.resize_state != format::kResizeNone;
+    probe.resizing = gphash && best->gphash.resize_state != format::kResizeNone;
   }
   format::MaintenanceRecord rec{};
-  if (pread(fd, &rec, sizeof rec, static_cast<off_t>(format::kMaintenanceOffset)) == sizeof rec)
+  if (gphash && pread(fd, &rec, sizeof rec, static_cast<off_t>(format::kMaintenanceOffset)) == sizeof rec)
     probe.moving = rec.move_state == format::kMoveInProgress;
   close(fd);
   return probe;

@@ -16,7 +16,9 @@ namespace gphash::crashtest {
 
 struct PoolUnderTest {
   std::string path;
-  std::string shape = "2L-2H-8S";
+  std::string shape = "2L-2H-8S";  // GPHash
+  std::string index = "gphash";    // or "hmeh"
+  uint32_t segment_bytes = 4096;   // HMEH: small segments split often
   uint32_t capacity = 64;
   WorkloadParams params;
   uint64_t seed = 1;
@@ -50,7 +52,7 @@ struct PoolProbe {
   bool valid = false;  // a header copy with a good checksum was found
   bool clean = false;
   bool resizing = false;
-  bool moving = false;  // the displacement record says a move is in progress
+  bool moving = false;  // the displacement record says a move is in progress (GPHash)
 };
 PoolProbe probe_pool(const std::string& path);
 

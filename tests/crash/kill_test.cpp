@@ -26,7 +26,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct KillStats {
-  uint64_t kills = 0, pools = 0;
+  uint64_t kills = 0, pools = 0, hmeh_pools = 0;
+  uint64_t hmeh_kills = 0;
   uint64_t before_open = 0;          // the child had not started opening
   uint64_t during_create = 0;        // while creating a fresh pool
   uint64_t mid_recovery = 0;         // while recovering a crashed pool
@@ -44,14 +45,16 @@ struct KillStats {
 enum KillMode { kRandomDelay, kAfterAcks, kDuringOpen, kResizeHunt };
 const char* kModeNames[] = {"random delay", "after n acks", "during open", "resize hunt"};
 
-// Widths, shapes and workload of the i-th pool: every key width with inline and heap values.
-PoolUnderTest make_pool(const std::string& path, uint64_t index, workload::Rng& rng) {
+// Widths, shape and workload of the i-th pool of its index: GPHash pools of every key width and
+// shape, HMEH pools (every third pool) of 8- and 16-byte keys in segments of 4 or 16 KiB; all with
+// inline and heap values.
+PoolUnderTest make_pool(const std::string& path, uint64_t index, workload::Rng& rng, bool hmeh) {
   static const uint32_t kKeyWidths[] = {8, 16, 32};
   static const uint32_t kValueWidths[] = {8, 40, 16, 128, 4};
   static const char* kShapes[] = {"2L-2H-8S", "4L-2H-4S", "1L-4H-8S"};
   static const uint64_t kKeySpaces[] = {4000, 20000, 60000, 150000};
   WorkloadParams p;
-  p.key_width = kKeyWidths[index % 3];
+  p.key_width = hmeh ? kKeyWidths[index % 2] : kKeyWidths[index % 3];
   p.value_width = kValueWidths[index % 5];
   p.key_space_start = 64 + rng.below(256);
   p.key_space_doubling = 40 + rng.below(200);
@@ -59,6 +62,10 @@ PoolUnderTest make_pool(const std::string& path, uint64_t index, workload::Rng& 
   p.max_batch_ops = 700;
   PoolUnderTest pool(path, kShapes[(index / 3) % 3], p, rng());
   pool.capacity = 16 + static_cast<uint32_t>(rng.below(100));
+  if (hmeh) {
+    pool.index = "hmeh";
+    pool.segment_bytes = rng.below(2) ? 4096 : 16384;
+  }
   return pool;
 }
 
@@ -89,7 +96,11 @@ TEST(KillTest, AcknowledgedStateSurvivesSigkillAtRandomMoments) {
   while (static_cast<int64_t>(stats.kills) < target_kills && elapsed() < budget_seconds) {
     if (!pool || kills_left_on_pool-- <= 0) {
       remove_pool_and_leftovers(path);
-      pool.emplace(make_pool(path, stats.pools++, rng));
+      // Every third pool is HMEH (the GPU engine runs GPHash pools only).
+      const bool hmeh = engine == "cpu" && stats.pools % 3 == 2;
+      pool.emplace(make_pool(path, hmeh ? stats.hmeh_pools : stats.pools - stats.hmeh_pools, rng, hmeh));
+      ++stats.pools;
+      stats.hmeh_pools += hmeh;
       pool->engine = engine;
       kills_left_on_pool = 4 + static_cast<int64_t>(rng.below(13));
       open_estimate_us = 200;
@@ -152,6 +163,7 @@ TEST(KillTest, AcknowledgedStateSurvivesSigkillAtRandomMoments) {
         << "the child " << child.describe_status() << " before the kill: " << report.error << "\n"
         << pool->describe();
     ++stats.kills;
+    stats.hmeh_kills += pool->index == "hmeh";
     if (report.opened) open_estimate_us = std::max(50.0, report.open.open_seconds * 1e6);
 
     std::optional<std::vector<PlannedOp>> in_flight;
@@ -205,15 +217,15 @@ TEST(KillTest, AcknowledgedStateSurvivesSigkillAtRandomMoments) {
 
   const double seconds = elapsed();
   fmt::print(
-      "[kill_test] seed {}: {} kills in {:.1f} s over {} pools (modes: {} random delay, {} after n acks, {} during "
-      "open, "
-      "{} resize hunt)\n"
+      "[kill_test] seed {}: {} kills in {:.1f} s over {} pools, {} kills of them on {} HMEH pools (modes: {} random "
+      "delay, {} after n acks, {} during open, {} resize hunt)\n"
       "[kill_test]   landed: {} before open, {} while creating, {} mid-recovery ({} of them finishing an interrupted "
       "resize), {} during batches\n"
       "[kill_test]   left behind: {} resizes in progress, {} moves in progress, {} batches in flight ({} of their {} "
       "written records took the new state)\n"
       "[kill_test]   verified: {} acknowledged batches (statuses and reads), {} record states\n",
-      seed, stats.kills, seconds, stats.pools, stats.by_mode[0], stats.by_mode[1], stats.by_mode[2], stats.by_mode[3],
+      seed, stats.kills, seconds, stats.pools, stats.hmeh_kills, stats.hmeh_pools, stats.by_mode[0], stats.by_mode[1],
+      stats.by_mode[2], stats.by_mode[3],
       stats.before_open, stats.during_create, stats.mid_recovery, stats.mid_recovery_resize, stats.during_batches,
       stats.left_resizing, stats.left_moving, stats.in_flight, stats.in_flight_applied, stats.in_flight_records,
       stats.acked_batches, stats.keys_verified);

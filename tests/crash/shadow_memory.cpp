@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "format/header.h"
+#include "format/hmeh/layout.h"
 #include "format/layout.h"
 
 namespace gphash::crashtest {
@@ -84,8 +85,45 @@ Snapshot ShadowRecorder::snapshot(std::string label) const {
 
 std::string ShadowRecorder::describe(uint64_t offset) const { return describe(offset, pool_.header()); }
 
+namespace {
+
+// "segment 3 bucket 17 slot 2 word 1", "radix node 5 entry 2", "heap cell 40 word 0".
+std::string describe_hmeh(uint64_t offset, const format::PoolHeader& h) {
+  const format::HmehMeta& m = h.hmeh;
+  struct Arena {
+    const char* name;
+    uint32_t count;
+    uint64_t first;
+    const uint64_t* offsets;
+    uint64_t unit;
+  };
+  const Arena arenas[] = {{"segment", m.segment_chunk_count, m.segment_first_chunk, m.segment_chunk_offset,
+                           uint64_t{1} << m.segment_bytes_log2},
+                          {"radix node", m.node_chunk_count, m.node_first_chunk, m.node_chunk_offset,
+                           format::hmeh::kNodeBytes},
+                          {"heap cell", m.heap_chunk_count, m.heap_first_chunk_cells, m.heap_chunk_offset, m.cell_size}};
+  for (const Arena& a : arenas) {
+    const format::HeapGeometry g{a.first, a.first ? static_cast<uint32_t>(__builtin_ctzll(a.first)) : 0};
+    for (uint32_t c = 0; c < a.count; ++c) {
+      const uint64_t lo = a.offsets[c], bytes = g.chunk_cells(c) * a.unit;
+      if (offset < lo || offset >= lo + bytes) continue;
+      const uint64_t id = g.chunk_begin(c) + (offset - lo) / a.unit, in = (offset - lo) % a.unit;
+      if (a.offsets == m.segment_chunk_offset) {
+        const uint32_t slot_bytes = format::hmeh::slot_bytes(m.key_width);
+        return fmt::format("segment {} bucket {} slot {} word {}", id, in / format::hmeh::kBucketBytes,
+                           in % format::hmeh::kBucketBytes / slot_bytes, in % slot_bytes / 8);
+      }
+      return fmt::format("{} {} {} {}", a.name, id, a.offsets == m.node_chunk_offset ? "entry" : "word", in / 8);
+    }
+  }
+  return fmt::format("offset {} (no extent)", offset);
+}
+
+}  // namespace
+
 std::string ShadowRecorder::describe(uint64_t offset, const format::PoolHeader& h) {
   if (offset < kHeaderPages) return "header";
+  if (h.index_kind == format::kIndexHmeh && offset >= format::kReservedPrefixBytes) return describe_hmeh(offset, h);
   if (offset < format::kReservedPrefixBytes) {
     static const char* kFields[] = {"move_state", "move_from", "move_to"};
     const uint64_t field = (offset - format::kMaintenanceOffset) / 8;

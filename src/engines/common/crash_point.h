@@ -21,7 +21,8 @@
 
 #include <cstdint>
 
-// X(name, scope): scope says which engines reach the point (kCommon: code both engines run).
+// X(name, scope): scope says which engines reach the point (kCommon: code both GPHash engines
+// run; kHmeh: the HMEH index).
 #define GPHASH_CRASH_POINT_LIST(X)                                                              \
   /* Pool header writes (pool.cpp): a whole new copy is in memory, not yet persisted. */       \
   X("header.after_copy_write", kCommon)                                                        \
@@ -61,11 +62,30 @@
   X("recovery.after_resolve_move", kCpu)                                                       \
   X("recovery.after_clear_inserting_slot", kCpu)                                               \
   X("recovery.after_clear_inserting", kCpu)                                                    \
-  X("recovery.after_rehash", kCpu)
+  X("recovery.after_rehash", kCpu)                                                             \
+  /* HMEH (src/indexes/hmeh): arena and heap growth (header writes). */                         \
+  X("hmeh.grow.before_header", kHmeh)                                                          \
+  X("hmeh.grow.after_header", kHmeh)                                                           \
+  /* HMEH insert: claim by CAS, value and key words, publish (Cross-KV: one persist). */         \
+  X("hmeh.heap.after_cell_write", kHmeh)                                                       \
+  X("hmeh.insert.after_claim", kHmeh)                                                          \
+  X("hmeh.insert.after_value", kHmeh)                                                          \
+  X("hmeh.insert.after_publish", kHmeh)                                                        \
+  X("hmeh.update.after_value", kHmeh)                                                          \
+  X("hmeh.erase.after_tombstone", kHmeh)                                                       \
+  /* HMEH split: new segments, new radix node, the one-store publish, the flat directory. */    \
+  X("hmeh.split.after_segments", kHmeh)                                                        \
+  X("hmeh.split.after_node", kHmeh)                                                            \
+  X("hmeh.split.after_publish", kHmeh)                                                         \
+  X("hmeh.split.after_doubling", kHmeh)                                                        \
+  /* HMEH recovery: the directories, then claims cut short become tombstones. */                \
+  X("hmeh.recovery.begin", kHmeh)                                                              \
+  X("hmeh.recovery.after_directory", kHmeh)                                                    \
+  X("hmeh.recovery.after_clear_claim", kHmeh)
 
 namespace gphash::crash {
 
-enum Scope : uint8_t { kCommon, kCpu, kGpu };
+enum Scope : uint8_t { kCommon, kCpu, kGpu, kHmeh };
 
 struct PointInfo {
   const char* name;
