@@ -21,7 +21,8 @@
 
 #include <cstdint>
 
-// X(name, scope): scope says which engines reach the point (kCommon: code both engines run).
+// X(name, scope): scope says which engines reach the point (kCommon: code both engines run;
+// kSnapshot: the snapshot code, which the engine crash tests do not run).
 #define GPHASH_CRASH_POINT_LIST(X)                                                              \
   /* Pool header writes (pool.cpp): a whole new copy is in memory, not yet persisted. */       \
   X("header.after_copy_write", kCommon)                                                        \
@@ -61,11 +62,20 @@
   X("recovery.after_resolve_move", kCpu)                                                       \
   X("recovery.after_clear_inserting_slot", kCpu)                                               \
   X("recovery.after_clear_inserting", kCpu)                                                    \
-  X("recovery.after_rehash", kCpu)
+  X("recovery.after_rehash", kCpu)                                                             \
+  /* Snapshots (src/snapshot/snapshotter.cpp): swept by tests/snapshot_crash_test.cpp. */      \
+  X("snapshot.after_first_pass", kSnapshot)                                                    \
+  X("snapshot.after_capture", kSnapshot)                                                       \
+  X("snapshot.after_segment_write", kSnapshot)                                                 \
+  X("snapshot.after_segment_sync", kSnapshot)                                                  \
+  X("snapshot.after_superblock_write", kSnapshot)                                              \
+  X("snapshot.after_rename", kSnapshot)                                                        \
+  X("snapshot.after_commit", kSnapshot)                                                        \
+  X("restore.before_publish", kSnapshot)
 
 namespace gphash::crash {
 
-enum Scope : uint8_t { kCommon, kCpu, kGpu };
+enum Scope : uint8_t { kCommon, kCpu, kGpu, kSnapshot };
 
 struct PointInfo {
   const char* name;
