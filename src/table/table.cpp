@@ -14,6 +14,9 @@
 #include "engines/engine.h"
 #include "format/header.h"
 #include "pool/pool.h"
+#include "snapshot/auto_snapshots.h"
+#include "snapshot/restore.h"
+#include "snapshot/snapshotter.h"
 #if GPHASH_HAVE_CUDA
 #include "engines/gpu/gpu_engine.h"
 #endif
@@ -26,6 +29,17 @@ struct Table::Impl {
   OpenOptions options;
   // Writing batches run alone; searching batches may share the table.
   mutable std::shared_mutex batches;
+  // Snapshots. Declared after what they use, so they go first; the scheduler last of all.
+  std::unique_ptr<snapshot::Snapshotter> snapshotter;
+  std::mutex snapshot_status;  // guards the three below
+  uint64_t snapshots_taken = 0;
+  SnapshotResult last_snapshot;
+  std::string snapshot_error;
+  std::unique_ptr<snapshot::AutoSnapshots> auto_snapshots;
+
+  SnapshotResult take_snapshot(const std::string& path, bool skip_if_unchanged = false);
+  void start_snapshots();
+  void shut_down();
 };
 
 namespace {
@@ -46,6 +60,15 @@ void check_options(const OpenOptions& o) {
   if (!(o.max_load_factor > 0 && o.max_load_factor <= 1))
     throw Error(ErrorCode::kInvalidArgument, fmt::format("max_load_factor {} is not in (0, 1]", o.max_load_factor),
                 "max_load_factor");
+  const SnapshotOptions& s = o.snapshots;
+  if (!(s.every_seconds >= 0 && s.every_seconds <= 1e9))
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("snapshots.every_seconds {} is not in 0..1e9", s.every_seconds),
+                "snapshots.every_seconds");
+  if ((s.every_seconds > 0 || s.every_batches > 0) && s.path.empty())
+    throw Error(ErrorCode::kInvalidArgument, "automatic snapshots need a file: set snapshots.path", "snapshots.path");
+  if (s.file_mode > 0777)
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("snapshots.file_mode {:o} is not in 0..0777", s.file_mode),
+                "snapshots.file_mode");
 }
 
 bool needs_value(Op op) { return op == Op::kInsert || op == Op::kUpsert || op == Op::kUpdate; }
@@ -58,9 +81,10 @@ Table& Table::operator=(Table&&) noexcept = default;
 Table::~Table() {
   if (impl_ && impl_->engine) {
     try {
-      impl_->engine->close();
+      impl_->shut_down();
     } catch (...) {
-      // The pool stays marked dirty; the next open recovers it.
+      // The pool stays marked dirty (the next open recovers it), or the last snapshot was not
+      // taken (the previous one stands).
     }
   }
 }
@@ -73,6 +97,7 @@ Table Table::create(const std::string& pool_spec, const TableConfig& config, con
   engine::TableMeta::initialize(*impl->pool, config);
   impl->pool->publish();
   impl->engine = make_engine(*impl->pool, options);
+  impl->start_snapshots();
   return Table(std::move(impl));
 }
 
@@ -80,8 +105,25 @@ Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
   check_options(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->pool = pool::Pool::open(pool_spec, {options.read_only, options.max_pool_bytes, options.force_flush});
+  const pool::OpenOptions pool_options{options.read_only, options.max_pool_bytes, options.force_flush};
+  try {
+    impl->pool = pool::Pool::open(pool_spec, pool_options);
+  } catch (const Error& e) {
+    // A pool that no longer exists (a reboot emptied /dev/shm) comes back from its snapshot.
+    const std::string& file = options.snapshots.path;
+    if (e.code() != ErrorCode::kNotFound || file.empty() || !snapshot::posix_file_system().exists(file)) throw;
+    RestoreOptions restore;
+    restore.pool_file_mode = options.pool_file_mode;
+    restore.threads = options.threads;
+    try {
+      Table::restore(file, pool_spec, restore);
+    } catch (const Error& again) {
+      if (again.code() != ErrorCode::kPoolExists) throw;  // another process restored it first
+    }
+    impl->pool = pool::Pool::open(pool_spec, pool_options);
+  }
   impl->engine = make_engine(*impl->pool, options);
+  impl->start_snapshots();
   return Table(std::move(impl));
 }
 
@@ -94,14 +136,19 @@ void Table::execute(const Batch& b) {
     throw Error(ErrorCode::kKeyWidthMismatch,
                 fmt::format("key width mismatch: pool has {}, batch gives {}", h.gphash.key_width, b.key_width), "key_width");
   bool writes = false, values_needed = false;
+  uint64_t write_ops = 0;
   for (size_t i = 0; i < b.size; ++i) {
     const Op op = b.ops ? b.ops[i] : b.op;
     if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
     writes |= op != Op::kSearch;
+    write_ops += op != Op::kSearch ? 1 : 0;
     values_needed |= needs_value(op);
-    if (!b.ops) break;  // one op for all entries
+    if (!b.ops) {  // one op for all entries
+      write_ops *= b.size;
+      break;
+    }
   }
   if (values_needed && !b.values)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: insert, upsert and update need values");
@@ -116,8 +163,14 @@ void Table::execute(const Batch& b) {
   if (reinterpret_cast<uintptr_t>(b.keys) % 8 != 0)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: keys must be 8-byte aligned", "keys");
   if (writes) {
-    std::unique_lock lock(impl_->batches);
-    impl_->engine->execute(b);
+    {
+      std::unique_lock lock(impl_->batches);
+      // Before the batch runs, so a crash in the middle leaves it counted: the count bounds what
+      // a restart from the last snapshot loses.
+      snapshot::count_pool_writes(*impl_->pool, write_ops);
+      impl_->engine->execute(b);
+    }
+    if (impl_->auto_snapshots) impl_->auto_snapshots->writing_batch_done();
   } else {
     std::shared_lock lock(impl_->batches);
     impl_->engine->execute(b);
@@ -153,7 +206,13 @@ TableInfo info_from_header(const format::PoolHeader& h, const std::string& path,
   i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
   i.value_checksums = format::has_value_checksums(h);
   for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
+  i.last_snapshot_unix_ns = h.snapshot_unix_ns;
   return i;
+}
+
+void set_writes(TableInfo& i, const format::PoolHeader& h, uint64_t counter) {
+  i.writes = counter;
+  i.writes_since_snapshot = counter >= h.snapshot_writes ? counter - h.snapshot_writes : counter;
 }
 
 }  // namespace
@@ -162,6 +221,7 @@ TableInfo Table::inspect(const std::string& pool_spec) {
   const pool::HeaderSnapshot snap = pool::read_header(pool_spec);
   TableInfo i = info_from_header(snap.header, snap.path, snap.kind, snap.file_size);
   i.in_use = snap.in_use;
+  set_writes(i, snap.header, snap.write_counter);
   return i;
 }
 
@@ -190,6 +250,12 @@ TableInfo Table::info() const {
   i.last_slow_seconds = s.last_slow_seconds;
   i.open_map_seconds = s.open_map_seconds;
   i.recovery_seconds = s.recovery_seconds;
+  set_writes(i, pool.header(), snapshot::pool_writes(pool));
+  i.snapshot_path = impl_->options.snapshots.path;
+  std::lock_guard status(impl_->snapshot_status);
+  i.snapshots_taken = impl_->snapshots_taken;
+  i.last_snapshot = impl_->last_snapshot;
+  i.snapshot_error = impl_->snapshot_error;
   return i;
 }
 
@@ -320,9 +386,76 @@ TableStats Table::stats() {
   return r;
 }
 
-void Table::close() {
-  std::unique_lock lock(impl_->batches);
-  impl_->engine->close();
+void Table::close() { impl_->shut_down(); }
+
+// ---- snapshots ---------------------------------------------------------------------------------
+
+void Table::Impl::start_snapshots() {
+  snapshotter = std::make_unique<snapshot::Snapshotter>(*pool, batches);
+  const SnapshotOptions& s = options.snapshots;
+  if (s.every_seconds > 0 || s.every_batches > 0)
+    auto_snapshots = std::make_unique<snapshot::AutoSnapshots>(
+        [this] {
+          try {
+            take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
+          } catch (const std::exception& e) {
+            std::lock_guard status(snapshot_status);
+            snapshot_error = e.what();
+          }
+        },
+        s.every_seconds, s.every_batches);
+}
+
+SnapshotResult Table::Impl::take_snapshot(const std::string& path, bool skip_if_unchanged) {
+  snapshot::TakeOptions take;
+  take.file_mode = options.snapshots.file_mode;
+  take.skip_if_unchanged = skip_if_unchanged;
+  SnapshotResult r = snapshotter->take(path, take);
+  if (r.skipped) return r;
+  std::lock_guard status(snapshot_status);
+  ++snapshots_taken;
+  last_snapshot = r;
+  snapshot_error.clear();
+  return r;
+}
+
+void Table::Impl::shut_down() {
+  if (auto_snapshots) auto_snapshots->stop();
+  {
+    std::unique_lock lock(batches);
+    engine->close();
+  }
+  // With automatic snapshots, what the last one missed goes into a final one: a clean shutdown
+  // then loses nothing to a reboot.
+  if (auto_snapshots && !pool->read_only()) {
+    auto_snapshots.reset();  // once only, also if it fails
+    take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
+  }
+  auto_snapshots.reset();
+}
+
+SnapshotResult Table::snapshot(const std::string& path) {
+  const std::string& file = path.empty() ? impl_->options.snapshots.path : path;
+  if (file.empty())
+    throw Error(ErrorCode::kInvalidArgument, "snapshot: no file given and no OpenOptions::snapshots.path", "path");
+  if (impl_->options.engine == EngineKind::kGpu && impl_->options.placement == Placement::kGpuMemory) {
+    std::unique_lock lock(impl_->batches);
+    impl_->engine->save();  // the pool must hold the table before it is copied
+  }
+  return impl_->take_snapshot(file);
+}
+
+RestoreResult Table::restore(const std::string& snapshot_file, const std::string& pool_spec,
+                             const RestoreOptions& options) {
+  check_threads(options.threads, "restore threads");
+  RestoreResult r = snapshot::restore_pool(snapshot_file, pool_spec, options);
+  // The capture saw the pool open for writing: recover (recount) it once and close it cleanly.
+  OpenOptions open;
+  open.threads = options.threads;
+  Table t = Table::open(pool_spec, open);
+  r.items = t.size();
+  t.close();
+  return r;
 }
 
 std::string to_string(TableShape s) { return fmt::format("{}L-{}H-{}S", s.levels, s.hashes, s.slots); }
