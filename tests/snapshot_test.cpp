@@ -139,7 +139,7 @@ TEST_P(SnapshotRoundTrip, IncrementalSnapshotsRestoreEveryStateExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ValueWidths, SnapshotRoundTrip, ::testing::Values(8u, 5u, 40u),
-                         [](const auto& info) { return "v" + std::to_string(info.param); });
+                         [](const auto& info) { return fmt::format("v{}", info.param); });
 
 TEST(SnapshotRoundTrip, WithoutWriteTrackingEverySnapshotIsAFullImage) {
   TempPool pool("untracked");
