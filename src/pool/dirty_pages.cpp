@@ -34,6 +34,15 @@ void DirtyPages::merge(const uint64_t* bits, size_t words) {
       words_[w].fetch_or(bits[w], std::memory_order_relaxed);
 }
 
+uint64_t DirtyPages::count(uint64_t pages) const {
+  pages = std::min(pages, capacity_pages_);
+  uint64_t n = 0;
+  for (uint64_t w = 0; w < pages / 64; ++w) n += static_cast<uint64_t>(__builtin_popcountll(words_[w].load(std::memory_order_relaxed)));
+  if (pages % 64 != 0)
+    n += static_cast<uint64_t>(__builtin_popcountll(words_[pages / 64].load(std::memory_order_relaxed) & ((uint64_t{1} << (pages % 64)) - 1)));
+  return n;
+}
+
 void DirtyPages::take(uint64_t pages, std::vector<uint64_t>& out) {
   pages = std::min(pages, capacity_pages_);
   const size_t words = static_cast<size_t>((pages + 63) / 64);

@@ -64,6 +64,8 @@ class DirtyPages {
   // For the snapshot, with writing batches held off: moves the marks of pages [0, pages) into
   // `out` (pages / 64 words, rounded up) and clears them here.
   void take(uint64_t pages, std::vector<uint64_t>& out);
+  // Marked pages among [0, pages), without taking them (an estimate while writers run).
+  uint64_t count(uint64_t pages) const;
   uint64_t capacity_pages() const { return capacity_pages_; }
 
  private:

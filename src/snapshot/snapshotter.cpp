@@ -263,6 +263,10 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
     GPHASH_CRASH_POINT("snapshot.after_first_pass");
     // Step 3.
     if (tracked) {
+      // Room for what was marked meanwhile and a margin for what gets marked before the hold.
+      const uint64_t expected = pool_.dirty_pages().count(pool_.file_size() >> kPageShift);
+      const size_t want = static_cast<size_t>((expected + expected / 4 + 64) * kPageBytes);
+      if (capture_buffer_.size() < want) capture_buffer_.resize(want);
       hold.lock();
       held_since = Clock::now();
     }
@@ -270,19 +274,19 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
     result.pool_writes = pool_writes(pool_);
     result.captured_unix_ns = unix_ns_now();
     std::vector<uint64_t> captured_pages;
-    std::vector<std::byte> captured;
     if (tracked) {
       pool_.dirty_pages().take(result.pool_bytes >> kPageShift, capture_marks);
       for_each_marked(capture_marks, [&](uint64_t p) { captured_pages.push_back(p); });
-      captured.resize(captured_pages.size() * kPageBytes);
+      if (capture_buffer_.size() < captured_pages.size() * kPageBytes) capture_buffer_.resize(captured_pages.size() * kPageBytes);
       for (size_t i = 0; i < captured_pages.size(); ++i)
-        std::memcpy(captured.data() + i * kPageBytes, base + captured_pages[i] * kPageBytes, kPageBytes);
+        std::memcpy(capture_buffer_.data() + i * kPageBytes, base + captured_pages[i] * kPageBytes, kPageBytes);
     }
     hold.unlock();
     result.writers_held_seconds += seconds_since(held_since);
     GPHASH_CRASH_POINT("snapshot.after_capture");
     // Step 4.
-    for (size_t i = 0; i < captured_pages.size(); ++i) segment.capture_page(captured_pages[i], captured.data() + i * kPageBytes);
+    for (size_t i = 0; i < captured_pages.size(); ++i)
+      segment.capture_page(captured_pages[i], capture_buffer_.data() + i * kPageBytes);
     SegmentHeader h{};
     std::memcpy(h.magic, kSegmentMagic, sizeof h.magic);
     h.sequence = append ? current->segment_count : 0;
