@@ -29,6 +29,9 @@ struct SnapshotOptions {
 struct SnapshotResult {
   std::string path;
   bool full = false;               // a whole image in a new file, not a delta appended to the chain
+  // A delta found by comparing every page with the file's last version of it (by hash): the
+  // first snapshot of a process into an existing file. It reads the whole pool, writes what differs.
+  bool compared_pages = false;
   uint64_t sequence = 0;           // the segment's number in the file's chain (0 for a full image)
   uint64_t pages_written = 0;      // 4 KiB pages of data written
   uint64_t bytes_written = 0;      // everything written to the file (headers and index too)

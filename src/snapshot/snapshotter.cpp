@@ -197,6 +197,7 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
   // What the file holds now. A damaged or foreign file is refused before anything changes.
   std::unique_ptr<File> existing;
   std::optional<Superblock> current;
+  std::optional<Chain> chain;  // read when the file is not as this object last left it
   int current_copy = 0;
   if (fs_.exists(path)) {
     existing = fs_.open_write(path);
@@ -204,7 +205,7 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
     // A file this object did not write last is checked whole (headers and indexes: data pages
     // are checked by a restore) before it is replaced or appended to.
     if (!baseline_ || baseline_->path != path || std::memcmp(&baseline_->superblock, &*current, sizeof(Superblock)) != 0)
-      read_chain(*existing, path);
+      chain = read_chain(*existing, path);
     if (std::memcmp(current->pool_uuid, pool_.header().uuid, 16) != 0)
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("{} holds snapshots of another pool (uuid {}, this pool is {}): remove it or pick another "
@@ -219,11 +220,36 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
       current && (current->segment_count >= options.max_segments ||
                   static_cast<double>(current->committed_end - kFirstSegmentOffset - current->base_bytes) >
                       options.compact_ratio * static_cast<double>(current->base_bytes));
-  // A delta is only right on top of the very chain state the pool's marks start from.
-  const bool append = tracked && !options.force_full && !compaction_due && current && baseline_ &&
-                      baseline_->path == path &&
-                      std::memcmp(&baseline_->superblock, &*current, sizeof(Superblock)) == 0;
+  // A delta from the marks is only right on top of the very chain state they start from. Without
+  // that (a new process, another file in between), a delta can still be found by comparing every
+  // page with the chain's last version of it (by hash), which reads the pool but writes only what
+  // differs; pages that change while it reads are marked and captured as usual.
+  const bool deltas_allowed = tracked && !options.force_full && !compaction_due && current;
+  const bool by_marks = deltas_allowed && !chain;
+  uint64_t pool_bytes_now = 0;
+  {
+    std::shared_lock hold(batches_);
+    pool_bytes_now = pool_.file_size();
+  }
+  const bool by_comparison = deltas_allowed && chain && chain->segments.back().header.pool_bytes <= pool_bytes_now;
+  const bool append = by_marks || by_comparison;
   result.full = !append;
+  result.compared_pages = by_comparison;
+  // The chain's last version of each page: its hash, or none (a zero page).
+  std::vector<uint64_t> last_hash;
+  std::vector<bool> has_data;
+  if (by_comparison) {
+    const uint64_t pages = chain->segments.back().header.pool_bytes >> kPageShift;
+    last_hash.assign(pages, 0);
+    has_data.assign(pages, false);
+    for (const Segment& seg : chain->segments)
+      for (const PageEntry& e : seg.index) {
+        const uint64_t page = e.page & kPageNumberMask;
+        has_data[page] = (e.page & kZeroPageFlag) == 0;
+        last_hash[page] = e.hash;
+      }
+  }
+  chain.reset();
 
   std::unique_ptr<File> out;
   std::string temp_path;
@@ -255,8 +281,14 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
     }
     // Step 2 (untracked: still holding, so this is the capture itself).
     const std::byte* base = pool_.base();
-    if (append)
+    if (by_marks)
       for_each_marked(first_marks, [&](uint64_t p) { segment.first_pass_page(p, base + p * kPageBytes); });
+    else if (by_comparison)
+      for (uint64_t p = 0; p < first_pages; ++p) {
+        const std::byte* live = base + p * kPageBytes;
+        const bool same = p < has_data.size() && has_data[p] ? page_hash(live, p) == last_hash[p] : page_is_zero(live);
+        if (!same) segment.first_pass_page(p, live);
+      }
     else
       for (uint64_t p = 0; p < first_pages; ++p) segment.first_pass_page(p, base + p * kPageBytes);
     segment.flush();

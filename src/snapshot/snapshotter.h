@@ -11,6 +11,10 @@
 //      sync; commit (a superblock for an append, a rename for a new file); sync; record the
 //      snapshot in the pool's header.
 // Writers are held off for steps 1 and 3 only: the copy of the pages changed during step 2.
+// Without marks that start where the file's chain ends (the first snapshot of a process into an
+// existing file), step 2 compares every page with the chain's last version of it by hash and
+// copies those that differ: it reads the whole pool but writes a delta. (A change that keeps a
+// page's 64-bit hash would be missed: odds of 2^-64 for data not crafted against XXH3.)
 // For an engine that does not track its writes there are no marks to trust, so every snapshot
 // is a full image copied in one hold (steps 1 to 3 at once; searches still go on).
 //
