@@ -27,8 +27,10 @@ expect 0 "info after" -- "$gphash" info $pool; contains "info after" "a restart 
 [[ $(stat -c %a $dir/p.snap) == 600 ]] || { echo "FAIL: the snapshot file is not 0600"; fail=1; }
 expect 0 "run a" -- "$gphash" run $pool --workload a --operations 20000 --no-progress
 expect 0 "info says what a restart loses" -- "$gphash" info $pool --json; contains "json" '"writes_since_snapshot": [1-9]'
-expect 0 "snapshot from another process" -- "$gphash" snapshot $pool $dir/p.snap
-contains "snapshot" "delta 1 of its chain, found by comparing pages"
+expect 0 "snapshot after unsnapshotted writes" -- "$gphash" snapshot $pool $dir/p.snap
+contains "snapshot" "a full image"
+expect 0 "snapshot again: nothing written since" -- "$gphash" snapshot $pool $dir/p.snap
+contains "snapshot again" "delta 1 of its chain"
 expect 0 "info after the snapshot" -- "$gphash" info $pool; contains "info again" "loses 0 writes"
 rm /dev/shm/$pool
 expect 0 "restore" -- "$gphash" restore $dir/p.snap $pool; contains "restore" "20000 items"

@@ -37,9 +37,7 @@ class SnapshotCommands final : public CommandGroup {
       Table t = Table::open(pool_, options);
       const SnapshotResult r = t.snapshot(file_);
       fmt::print("snapshot of {} written to {}: {}, {} pages ({}) in {:.1f} ms; writes were held off {:.2f} ms\n",
-                 pool_, file_,
-                 r.full ? "a full image"
-                        : fmt::format("delta {} of its chain{}", r.sequence, r.compared_pages ? ", found by comparing pages" : ""),
+                 pool_, file_, r.full ? "a full image" : fmt::format("delta {} of its chain", r.sequence),
                  r.pages_written, mib(r.bytes_written), 1e3 * r.seconds, 1e3 * r.writers_held_seconds);
       return 0;
     }

@@ -5,8 +5,9 @@
 // while the pages that changed are copied into memory (searches keep running). It is durable when
 // the call returns: the file and its directory are synced. It is crash-safe: a crash or power cut
 // at any moment leaves the previous snapshot usable, never a mix of the two. It is incremental:
-// only the pages changed since the previous snapshot to the same file are written (a long chain of
-// them is compacted into a new full image now and then). The file format is in docs/FORMAT.md.
+// only the pages changed since the previous snapshot to the same file are written, also by a new
+// process when nobody wrote the pool after that snapshot (else it writes a full image); a long
+// chain is compacted into a new full image now and then. The file format is in docs/FORMAT.md.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +30,6 @@ struct SnapshotOptions {
 struct SnapshotResult {
   std::string path;
   bool full = false;               // a whole image in a new file, not a delta appended to the chain
-  // A delta found by comparing every page with the file's last version of it (by hash): the
-  // first snapshot of a process into an existing file. It reads the whole pool, writes what differs.
-  bool compared_pages = false;
   uint64_t sequence = 0;           // the segment's number in the file's chain (0 for a full image)
   uint64_t pages_written = 0;      // 4 KiB pages of data written
   uint64_t bytes_written = 0;      // everything written to the file (headers and index too)

@@ -96,10 +96,11 @@ struct PoolHeader {
   uint64_t item_count;  // exact after a clean shutdown; recounted by recovery otherwise
   uint64_t pool_used;   // end of the last extent; the next extent starts here (aligned)
   // The last completed snapshot of the pool to a file (src/snapshot): when it was captured (0:
-  // none) and the pool's write counter (kWriteCounterOffset) at that moment.
+  // none), the pool's write counter (kWriteCounterOffset) at that moment, and the file's chain.
   uint64_t snapshot_unix_ns;
   uint64_t snapshot_writes;
-  unsigned char reserved[kIndexSectionOffset - 120];
+  unsigned char snapshot_chain_id[16];
+  unsigned char reserved[kIndexSectionOffset - 136];
   // The index's own metadata, selected by index_kind.
   union {
     GphashMeta gphash;
@@ -115,6 +116,7 @@ static_assert(offsetof(PoolHeader, item_count) == 88);
 static_assert(offsetof(PoolHeader, pool_used) == 96);
 static_assert(offsetof(PoolHeader, snapshot_unix_ns) == 104);
 static_assert(offsetof(PoolHeader, snapshot_writes) == 112);
+static_assert(offsetof(PoolHeader, snapshot_chain_id) == 120);
 static_assert(offsetof(PoolHeader, gphash) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, checksum) == 4088);
 

@@ -66,7 +66,6 @@ class DirtyPages {
   void take(uint64_t pages, std::vector<uint64_t>& out);
   // Marked pages among [0, pages), without taking them (an estimate while writers run).
   uint64_t count(uint64_t pages) const;
-  uint64_t capacity_pages() const { return capacity_pages_; }
 
  private:
   std::atomic<uint64_t>* words_ = nullptr;

@@ -131,6 +131,7 @@ RestoreResult restore_pool(const std::string& snapshot_path, const std::string& 
   if (last.pool_bytes > round_to_page(covered)) pool->release_extent(round_to_page(covered), last.pool_bytes - round_to_page(covered));
   h.snapshot_unix_ns = last.captured_unix_ns;
   h.snapshot_writes = last.pool_writes;
+  std::memcpy(h.snapshot_chain_id, last.chain_id, 16);  // the pool is that snapshot: deltas go on from it
   pool->write_initial_header(h);  // both copies, synced
   GPHASH_CRASH_POINT("restore.before_publish");
   pool->publish();

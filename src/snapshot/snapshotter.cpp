@@ -153,7 +153,14 @@ void count_pool_writes(pool::Pool& pool, uint64_t operations) {
 }
 
 Snapshotter::Snapshotter(pool::Pool& pool, std::shared_mutex& batches, FileSystem& fs)
-    : pool_(pool), batches_(batches), fs_(fs) {}
+    : pool_(pool), batches_(batches), fs_(fs) {
+  std::shared_lock hold(batches_);
+  const format::PoolHeader& h = pool_.header();
+  if (h.snapshot_unix_ns != 0 && h.snapshot_writes == pool_writes(pool_)) {
+    pool_record_ = PoolRecord{{}, h.snapshot_unix_ns, h.snapshot_writes};
+    std::memcpy(pool_record_->chain_id, h.snapshot_chain_id, 16);
+  }
+}
 
 bool Snapshotter::has_unsnapshotted_writes() const {
   std::shared_lock hold(batches_);
@@ -172,13 +179,14 @@ void Snapshotter::remove_stale_temporaries(const std::string& path) {
   }
 }
 
-void Snapshotter::record_in_pool_header(uint64_t captured_unix_ns, uint64_t writes) {
+void Snapshotter::record_in_pool_header(const Superblock& committed) {
   if (pool_.read_only() || pool_.copy_on_write()) return;
   // Header writes are exclusive with the engines' own (resize, heap growth): a brief full hold.
   std::unique_lock hold(batches_);
   format::PoolHeader h = pool_.header();
-  h.snapshot_unix_ns = captured_unix_ns;
-  h.snapshot_writes = writes;
+  h.snapshot_unix_ns = committed.captured_unix_ns;
+  h.snapshot_writes = committed.pool_writes;
+  std::memcpy(h.snapshot_chain_id, committed.chain_id, 16);
   pool_.write_header(h);
 }
 
@@ -197,7 +205,6 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
   // What the file holds now. A damaged or foreign file is refused before anything changes.
   std::unique_ptr<File> existing;
   std::optional<Superblock> current;
-  std::optional<Chain> chain;  // read when the file is not as this object last left it
   int current_copy = 0;
   if (fs_.exists(path)) {
     existing = fs_.open_write(path);
@@ -205,7 +212,7 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
     // A file this object did not write last is checked whole (headers and indexes: data pages
     // are checked by a restore) before it is replaced or appended to.
     if (!baseline_ || baseline_->path != path || std::memcmp(&baseline_->superblock, &*current, sizeof(Superblock)) != 0)
-      chain = read_chain(*existing, path);
+      read_chain(*existing, path);
     if (std::memcmp(current->pool_uuid, pool_.header().uuid, 16) != 0)
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("{} holds snapshots of another pool (uuid {}, this pool is {}): remove it or pick another "
@@ -220,36 +227,17 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
       current && (current->segment_count >= options.max_segments ||
                   static_cast<double>(current->committed_end - kFirstSegmentOffset - current->base_bytes) >
                       options.compact_ratio * static_cast<double>(current->base_bytes));
-  // A delta from the marks is only right on top of the very chain state they start from. Without
-  // that (a new process, another file in between), a delta can still be found by comparing every
-  // page with the chain's last version of it (by hash), which reads the pool but writes only what
-  // differs; pages that change while it reads are marked and captured as usual.
-  const bool deltas_allowed = tracked && !options.force_full && !compaction_due && current;
-  const bool by_marks = deltas_allowed && !chain;
-  uint64_t pool_bytes_now = 0;
-  {
-    std::shared_lock hold(batches_);
-    pool_bytes_now = pool_.file_size();
-  }
-  const bool by_comparison = deltas_allowed && chain && chain->segments.back().header.pool_bytes <= pool_bytes_now;
-  const bool append = by_marks || by_comparison;
+  // A delta is only right on top of the very chain state the marks start from (see the header).
+  const bool ours = current && baseline_ && baseline_->path == path &&
+                    std::memcmp(&baseline_->superblock, &*current, sizeof(Superblock)) == 0;
+  const bool pool_records_it = current && !baseline_ && pool_record_ &&
+                               std::memcmp(pool_record_->chain_id, current->chain_id, 16) == 0 &&
+                               pool_record_->pool_writes == current->pool_writes &&
+                               pool_record_->captured_unix_ns == current->captured_unix_ns;
+  const bool append = tracked && !compaction_due && (ours || pool_records_it);
   result.full = !append;
-  result.compared_pages = by_comparison;
-  // The chain's last version of each page: its hash, or none (a zero page).
-  std::vector<uint64_t> last_hash;
-  std::vector<bool> has_data;
-  if (by_comparison) {
-    const uint64_t pages = chain->segments.back().header.pool_bytes >> kPageShift;
-    last_hash.assign(pages, 0);
-    has_data.assign(pages, false);
-    for (const Segment& seg : chain->segments)
-      for (const PageEntry& e : seg.index) {
-        const uint64_t page = e.page & kPageNumberMask;
-        has_data[page] = (e.page & kZeroPageFlag) == 0;
-        last_hash[page] = e.hash;
-      }
-  }
-  chain.reset();
+  // The header pages were written since (open, close, this record): they go in the delta.
+  if (append && pool_records_it) pool_.dirty_pages().mark(0, format::kReservedPrefixBytes);
 
   std::unique_ptr<File> out;
   std::string temp_path;
@@ -281,14 +269,8 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
     }
     // Step 2 (untracked: still holding, so this is the capture itself).
     const std::byte* base = pool_.base();
-    if (by_marks)
+    if (append)
       for_each_marked(first_marks, [&](uint64_t p) { segment.first_pass_page(p, base + p * kPageBytes); });
-    else if (by_comparison)
-      for (uint64_t p = 0; p < first_pages; ++p) {
-        const std::byte* live = base + p * kPageBytes;
-        const bool same = p < has_data.size() && has_data[p] ? page_hash(live, p) == last_hash[p] : page_is_zero(live);
-        if (!same) segment.first_pass_page(p, live);
-      }
     else
       for (uint64_t p = 0; p < first_pages; ++p) segment.first_pass_page(p, base + p * kPageBytes);
     segment.flush();
@@ -395,7 +377,8 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
   }
   GPHASH_CRASH_POINT("snapshot.after_commit");
   baseline_ = Baseline{path, sb};
-  record_in_pool_header(result.captured_unix_ns, result.pool_writes);
+  pool_record_.reset();  // the marks now start from this snapshot
+  record_in_pool_header(sb);
   result.seconds = seconds_since(t0);
   return result;
 }

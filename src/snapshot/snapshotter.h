@@ -11,10 +11,12 @@
 //      sync; commit (a superblock for an append, a rename for a new file); sync; record the
 //      snapshot in the pool's header.
 // Writers are held off for steps 1 and 3 only: the copy of the pages changed during step 2.
-// Without marks that start where the file's chain ends (the first snapshot of a process into an
-// existing file), step 2 compares every page with the chain's last version of it by hash and
-// copies those that differ: it reads the whole pool but writes a delta. (A change that keeps a
-// page's 64-bit hash would be missed: odds of 2^-64 for data not crafted against XXH3.)
+//
+// A delta needs marks that start where the file's chain ends: those of this object's last
+// snapshot into the file, or, in a new process, the pool's own record (its header names the
+// chain and write count of its last snapshot): when the write counter has not moved since, the
+// pool is that snapshot but for its header pages, and the marks since the pool was opened are
+// exactly what changed. Otherwise the snapshot is a full image in a new file.
 // For an engine that does not track its writes there are no marks to trust, so every snapshot
 // is a full image copied in one hold (steps 1 to 3 at once; searches still go on).
 //
@@ -44,7 +46,6 @@ struct TakeOptions {
   // compaction later: the cost still follows the write rate.
   double compact_ratio = 1.0;
   uint64_t max_segments = 1024;
-  bool force_full = false;
   // Automatic snapshots: return at once (SnapshotResult::skipped) when has_unsnapshotted_writes()
   // is false, checked once this call's turn has come.
   bool skip_if_unchanged = false;
@@ -72,14 +73,22 @@ class Snapshotter {
     Superblock superblock{};
   };
 
+  // The pool's record of its last snapshot, kept when the pool has not been written since: the
+  // marks made since the pool was opened then start where that snapshot's chain ends.
+  struct PoolRecord {
+    unsigned char chain_id[16];
+    uint64_t captured_unix_ns, pool_writes;
+  };
+
   void remove_stale_temporaries(const std::string& path);
-  void record_in_pool_header(uint64_t captured_unix_ns, uint64_t pool_writes);
+  void record_in_pool_header(const Superblock& committed);
 
   pool::Pool& pool_;
   std::shared_mutex& batches_;
   FileSystem& fs_;
   mutable std::mutex taking_;  // one snapshot at a time
   std::optional<Baseline> baseline_;
+  std::optional<PoolRecord> pool_record_;  // until this object's first snapshot
   // Where step 3 copies pages, kept from one snapshot to the next and grown (its pages touched)
   // before writers are held off: the hold is then a memcpy, not page faults, which cost this
   // project's VM ten times the copy. Its size is the largest capture so far.

@@ -36,6 +36,7 @@ struct Table::Impl {
   SnapshotResult last_snapshot;
   std::string snapshot_error;
   std::unique_ptr<snapshot::AutoSnapshots> auto_snapshots;
+  bool engine_closed = false;
 
   SnapshotResult take_snapshot(const std::string& path, bool skip_if_unchanged = false);
   void start_snapshots();
@@ -407,6 +408,10 @@ void Table::Impl::start_snapshots() {
 }
 
 SnapshotResult Table::Impl::take_snapshot(const std::string& path, bool skip_if_unchanged) {
+  if (options.engine == EngineKind::kGpu && options.placement == Placement::kGpuMemory && !engine_closed) {
+    std::unique_lock lock(batches);
+    engine->save();  // the pool must hold the table before it is copied
+  }
   snapshot::TakeOptions take;
   take.file_mode = options.snapshots.file_mode;
   take.skip_if_unchanged = skip_if_unchanged;
@@ -424,6 +429,7 @@ void Table::Impl::shut_down() {
   {
     std::unique_lock lock(batches);
     engine->close();
+    engine_closed = true;
   }
   // With automatic snapshots, what the last one missed goes into a final one: a clean shutdown
   // then loses nothing to a reboot.
@@ -438,10 +444,6 @@ SnapshotResult Table::snapshot(const std::string& path) {
   const std::string& file = path.empty() ? impl_->options.snapshots.path : path;
   if (file.empty())
     throw Error(ErrorCode::kInvalidArgument, "snapshot: no file given and no OpenOptions::snapshots.path", "path");
-  if (impl_->options.engine == EngineKind::kGpu && impl_->options.placement == Placement::kGpuMemory) {
-    std::unique_lock lock(impl_->batches);
-    impl_->engine->save();  // the pool must hold the table before it is copied
-  }
   return impl_->take_snapshot(file);
 }
 
