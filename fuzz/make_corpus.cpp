@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
             rec.move_state = gphash::format::kMoveInProgress;
             rec.move_from = gphash::format::pack({h.gphash.bottom_level, 0, 0});
             rec.move_to = gphash::format::pack({h.gphash.bottom_level, 0, 1});
+            rec.move_checksum = gphash::format::move_record_checksum(rec.move_from, rec.move_to);
             std::memcpy(pool.data() + gphash::format::kMaintenanceOffset, &rec, sizeof rec);
           }
         }

@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
-# On a GPU machine, in one command: builds everything, runs the whole GPU test suite and the GPU
-# benchmark, and prints a short summary last. Logs and JSON go to $GPHASH_OUT (default: the
-# build folder).
+# On a GPU machine, in one command: builds, runs the GPU test suite and/or the GPU benchmarks, and
+# prints a short summary last. Logs and JSON go to $GPHASH_OUT (default: build-device/out).
 #
-# Offline machines (no package registry): fetch the Debian packages first on a machine that has
-# one (../shared/offline-deps/fetch-deps.sh, into .deps/), bring .deps/ along, and this script
-# unpacks them. GPHASH_BENCH_ARGS passes arguments to gpu_bench (default: the full benchmark;
-# --quick for a smoke run).
+#   scripts/gpu_check.sh [tests|bench|all]     (default: all)
+#
+# tests: every GPU test (ctest -L gpu), the GPU cases of suites shared with the CPU engine, the GPU
+#        kill test, GPU crash injection and forced CUDA failures (from a crash-point build), the
+#        device-session example.
+# bench: gpu_bench (and, with GPHASH_BASELINE=DIR, the gpu_bench of an earlier source tree built
+#        beside it, run in the same call on the same GPU, for before/after figures), the main job
+#        with the GPU engine, and the server benchmark when memcached is in .deps/.
+#
+# Offline machines: fetch the Debian packages first (../shared/offline-deps/fetch-deps.sh, into
+# .deps/), bring .deps/ along, and this script unpacks them. Builds go to build-device/ (ignored by
+# git), so a machine that is still warm reuses them.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=${GPHASH_BUILD_DIR:-/tmp/gphash-gpu-build}
-out=${GPHASH_OUT:-$build}
-mkdir -p "$build" "$out"
+mode=${1:-all}
+builds=$root/build-device
+out=${GPHASH_OUT:-$builds/out}
+mkdir -p "$builds" "$out"
 cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
 if [[ -d "$root/.deps" ]] && ls "$root"/.deps/*.deb >/dev/null 2>&1; then
   deps=/tmp/gphash-deps
   mkdir -p "$deps"
   for f in "$root"/.deps/*.deb; do dpkg -x "$f" "$deps"; done
   export LD_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  export PATH="$deps/usr/bin:$PATH"
   cmake_args+=(-DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_PATH="$deps/usr/lib/x86_64-linux-gnu"
                -DCMAKE_INCLUDE_PATH="$deps/usr/include")
 else
@@ -25,37 +34,71 @@ else
 fi
 status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+jobs=$(nproc)
+
+# The builds run side by side: the main tree, a crash-point tree for the injection tests, and the
+# baseline's benchmark.
 t0=$(date +%s)
-if ! { cmake -S "$root" -B "$build" "${cmake_args[@]}" && cmake --build "$build" -j "$(nproc)"; } >"$out/build.log" 2>&1; then
-  tail -30 "$out/build.log"
-  echo "gpu_check: BUILD FAILED (log: $out/build.log)"
-  exit 1
+build() {  # build NAME SOURCE TARGETS [CMAKE ARGS...]
+  local name=$1 src=$2 targets=$3; shift 3
+  { cmake -S "$src" -B "$builds/$name" "${cmake_args[@]}" "$@" && cmake --build "$builds/$name" -j "$jobs" $targets; } \
+    >"$out/build-$name.log" 2>&1
+}
+pids=()
+build main "$root" "" & pids+=($!)
+if [[ $mode != bench ]]; then
+  build crash "$root" "--target gpu_crash_test crash_child" -DGPHASH_CRASH_POINTS=ON -DGPHASH_BENCH=OFF & pids+=($!)
 fi
+if [[ $mode != tests && -n ${GPHASH_BASELINE:-} ]]; then
+  build baseline "$GPHASH_BASELINE" "--target gpu_bench" -DGPHASH_TESTS=OFF & pids+=($!)
+fi
+for p in "${pids[@]}"; do
+  if ! wait "$p"; then
+    for log in "$out"/build-*.log; do grep -B2 -A12 -m3 -E "error|Error" "$log" | head -40; done
+    echo "gpu_check: BUILD FAILED (logs in $out)"
+    exit 1
+  fi
+done
 echo "build: $(($(date +%s) - t0)) s"
-ctest --test-dir "$build" -L gpu --output-on-failure --timeout 900 >"$out/gpu_tests.log" 2>&1 || status=1
-# The GPU cases of suites that cover both engines (labelled cpu: they skip the GPU elsewhere).
-ctest --test-dir "$build" -L cpu -R "(/gpu$|GpuEngine)" --output-on-failure --timeout 900 >"$out/gpu_cases_tests.log" 2>&1 || status=1
-# The CPU tests run in CI; here only on request (GPHASH_CHECK_CPU=1), to fit one 10-minute call.
-if [[ ${GPHASH_CHECK_CPU:-0} == 1 ]]; then
-  ctest --test-dir "$build" -L cpu -j "$(nproc)" --timeout 900 >"$out/cpu_tests.log" 2>&1 || status=1
+main=$builds/main
+
+if [[ $mode != bench ]]; then
+  ctest --test-dir "$main" -L gpu --output-on-failure --timeout "${GPHASH_TEST_TIMEOUT:-300}" >"$out/gpu_tests.log" 2>&1 || status=1
+  # The GPU cases of suites that cover both engines (labelled cpu: they skip the GPU elsewhere).
+  ctest --test-dir "$main" -L cpu -R "(/gpu$|GpuEngine)" --output-on-failure --timeout "${GPHASH_TEST_TIMEOUT:-300}" >"$out/gpu_cases_tests.log" 2>&1 || status=1
+  # SIGKILL with kernels in flight, recovered and verified by both engines.
+  GPHASH_CRASH_ENGINE=gpu GPHASH_KILLS=${GPHASH_GPU_KILLS:-200} GPHASH_KILL_SECONDS=${GPHASH_GPU_KILL_SECONDS:-120} \
+    "$main/tests/crash/kill_test" >"$out/gpu_kill_test.log" 2>&1 || status=1
+  # A trap after the N-th store to the pool, and CUDA calls that fail in the middle of a batch.
+  "$builds/crash/tests/crash/gpu_crash_test" >"$out/gpu_crash_test.log" 2>&1 || status=1
+  "$main/examples/device_session" >"$out/device_session.log" 2>&1 || status=1
 fi
-# The crash tests against the GPU engine: SIGKILL with kernels in flight, recovered and verified
-# by both engines; then GPU crash injection (a trap after the N-th persistent store).
-if [[ -x "$build/tests/crash/kill_test" ]]; then
-  GPHASH_CRASH_ENGINE=gpu GPHASH_KILLS=${GPHASH_GPU_KILLS:-200} GPHASH_KILL_SECONDS=${GPHASH_GPU_KILL_SECONDS:-150} \
-    "$build/tests/crash/kill_test" >"$out/gpu_kill_test.log" 2>&1 || status=1
+if [[ $mode != tests ]]; then
+  sections=${GPHASH_BENCH_SECTIONS:-hbm,mapped,kernels,resize}
+  if [[ -x "$builds/baseline/bench/gpu_bench" ]]; then
+    "$builds/baseline/bench/gpu_bench" --sections "$sections" --json "$out/gpu_bench_baseline.json" ${GPHASH_BENCH_ARGS:-} \
+      >"$out/gpu_bench_baseline.log" 2>&1 || status=1
+  fi
+  "$main/bench/gpu_bench" --sections "$sections" --json "$out/gpu_bench.json" ${GPHASH_BENCH_ARGS:-} >"$out/gpu_bench.log" 2>&1 || status=1
+  if [[ ${GPHASH_MAIN_JOB:-1} == 1 ]]; then
+    "$main/gphash" bench --engine gpu --pool gphash-bench-gpu --no-progress --json "$out/main_job_gpu.json" \
+      >"$out/main_job_gpu.log" 2>&1 || status=1
+    rm -f /dev/shm/gphash-bench-gpu
+  fi
 fi
-"$build/bench/gpu_bench" ${GPHASH_BENCH_ARGS:-} --json "$out/gpu_bench.json" >"$out/gpu_bench.log" 2>&1 || status=1
-# The main job with the GPU engine (host arrays: keys and values cross PCIe).
-"$build/gphash" bench --engine gpu --pool gphash-bench-gpu --no-progress --json "$out/main_job_gpu.json" \
-  >"$out/main_job_gpu.log" 2>&1 || status=1
-rm -f /dev/shm/gphash-bench-gpu
+
 echo "==== summary"
-grep -E "tests passed|tests failed|Total Test" "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
-grep -E "tests passed|tests failed" "$out/gpu_cases_tests.log" | sed 's/^/gpu cases of shared suites: /'
-[[ -f "$out/cpu_tests.log" ]] && grep -E "tests passed|tests failed|Total Test" "$out/cpu_tests.log" | sed 's/^/cpu tests: /'
-grep -hE "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$out"/*_tests.log | head -20
-[[ -f "$out/gpu_kill_test.log" ]] && grep -E "kills|PASSED|FAILED" "$out/gpu_kill_test.log" | sed 's/^/gpu kill test: /' | head -5
-sed -n '/==== summary ====/,$p' "$out/gpu_bench.log" | tail -n +2
-sed -n '/^workload/,/^$/p' "$out/main_job_gpu.log" | sed 's/^/main job (gpu): /'
+if [[ $mode != bench ]]; then
+  grep -E "tests passed|tests failed" "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
+  grep -E "tests passed|tests failed" "$out/gpu_cases_tests.log" | sed 's/^/gpu cases of shared suites: /'
+  grep -hE "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$out"/*_tests.log | head -20
+  grep -E "kills|PASSED|FAILED" "$out/gpu_kill_test.log" | sed 's/^/gpu kill test: /' | head -4
+  grep -E "traps verified|CUDA failures|PASSED|FAILED" "$out/gpu_crash_test.log" | sed 's/^/gpu crash test: /' | head -6
+  sed 's/^/example: /' "$out/device_session.log" | tail -3
+fi
+if [[ $mode != tests ]]; then
+  [[ -f "$out/gpu_bench_baseline.log" ]] && sed -n '/==== summary ====/,$p' "$out/gpu_bench_baseline.log" | tail -n +2 | sed 's/^/baseline: /'
+  sed -n '/==== summary ====/,$p' "$out/gpu_bench.log" | tail -n +2 | sed 's/^/now: /'
+  [[ -f "$out/main_job_gpu.log" ]] && sed -n '/^workload/,/^$/p' "$out/main_job_gpu.log" | sed 's/^/main job (gpu): /'
+fi
 exit $status

@@ -178,6 +178,21 @@ TEST(PoolInUse, ASecondOpenInThisProcessSaysItIsThisProcess) {
   expect_error([&] { Table::create(pool.path(), {}, replace); }, ErrorCode::kPoolInUse, {}, "replace in this process");
 }
 
+TEST(PoolInUse, ClosingATableLetsGoOfItsPoolAtOnce) {
+  TempPool pool("close-then-open");
+  Table t = Table::create(pool.path(), {8, 8, {}, 64, 1});
+  run(t, Op::kInsert, {1, 2, 3});
+  t.close();
+  t.close();  // closing twice is harmless
+  EXPECT_TRUE(Table::check_pool(pool.path()).ok);  // a reader in this process, while `t` exists
+  {
+    Table again = Table::open(pool.path());  // and a writer
+    EXPECT_EQ(again.size(), 3u);
+  }
+  expect_error([&] { run(t, Op::kSearch, {1}); }, ErrorCode::kInvalidArgument, {}, "batch after close");
+  expect_error([&] { (void)t.size(); }, ErrorCode::kInvalidArgument, {}, "size after close");
+}
+
 TEST(PoolFiles, PoolsAreOwnerOnlyUnlessAModeIsAsked) {
   TempPool a("mode-default"), b("mode-asked");
   { Table t = Table::create(a.path(), {}); }

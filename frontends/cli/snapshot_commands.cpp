@@ -90,9 +90,11 @@ std::string describe_time(uint64_t unix_ns) {
 
 void finish_snapshots(Table& table, const SnapshotOptions& snapshots) {
   if (snapshots.path.empty()) return;
-  if (snapshots.every_seconds == 0 && snapshots.every_batches == 0) table.snapshot();
-  table.close();  // with automatic snapshots, the last one
+  // The last snapshot (with automatic ones too: close() then finds nothing left to take), read
+  // back before close() lets go of the table.
+  table.snapshot();
   const TableInfo i = table.info();
+  table.close();
   if (i.snapshots_taken == 0) return;
   const SnapshotResult& r = i.last_snapshot;
   fmt::print("snapshots: {} taken to {}; the last: {}, {} pages ({}) in {:.1f} ms, writes held off {:.2f} ms\n",

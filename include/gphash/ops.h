@@ -31,6 +31,9 @@ enum class OpStatus : uint8_t {
   // search, on a pool with value checksums: the stored value fails its checksum (its heap cell is
   // damaged); the bytes are not the value. `gphash check` locates it, `gphash repair` drops it.
   kCorruptValue = 6,
+  // An entry of `ops` is not an Op (batches in GPU memory only: the host cannot check their ops
+  // before they run, so the entry is reported and skipped).
+  kInvalidOp = 7,
 };
 
 const char* to_string(Op op) noexcept;

@@ -19,6 +19,9 @@
 #include "gphash/error.h"
 #include "gphash/ops.h"
 
+struct CUstream_st;  // cudaStream_t is CUstream_st*: no CUDA header needed here
+struct CUevent_st;
+
 namespace gphash {
 
 struct TableInfo {
@@ -109,6 +112,47 @@ struct ExportCursor {
   uint64_t resizes = 0, displacements = 0;
 };
 
+namespace engine {
+class Completion;
+}
+
+// The completion of a batch run with Table::execute_async (or of a device session). Copyable;
+// default-constructed it is complete.
+class BatchEvent {
+ public:
+  BatchEvent() = default;
+  // Blocks until the batch is done: its statuses and values written and its writes durable (as
+  // the pool's kind promises, as for execute()). Throws what failed (kCuda, kTableFailed, ...).
+  void wait() const;
+  bool ready() const;
+  // The CUDA event (a cudaEvent_t) recorded on the batch's stream after all of the batch's work:
+  // other streams can wait for it with cudaStreamWaitEvent. Null when the batch already ran.
+  CUevent_st* cuda_event() const;
+
+ private:
+  friend class Table;
+  explicit BatchEvent(std::shared_ptr<engine::Completion> c) : completion_(std::move(c)) {}
+  std::shared_ptr<engine::Completion> completion_;
+};
+
+// User kernels on the table (GPU engine): see include/gphash/gpu/table_ref.cuh.
+struct DeviceSessionOptions {
+  // New items the session's kernels may insert: their heap cells are reserved up front (a session
+  // cannot grow the table or the heap).
+  uint64_t max_new_items = 0;
+};
+
+class DeviceSession {
+ public:
+  // The view for kernels compiled for the pool's shape and key width; throws kInvalidArgument if
+  // the pool has another. (Defined in gphash/gpu/table_ref.cuh: call it from CUDA code.)
+  template <class Ref>
+  Ref ref() const;
+  TableShape shape;
+  uint32_t key_width = 0;
+  std::vector<std::byte> bytes;  // the view, as the engine built it
+};
+
 class Table {
  public:
   // Creates a pool at `pool` ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path).
@@ -123,6 +167,23 @@ class Table {
   // Runs a batch (semantics in gphash/ops.h). Throws gphash::Error for a malformed batch (wrong
   // key or value width, missing arrays, unknown op) before touching the table.
   void execute(const Batch& batch);
+
+  // Enqueues a batch on a CUDA stream and returns at once (GPU engine; the CPU engine runs it
+  // before returning). The batch's arrays must be in GPU memory (MemorySpace::kDevice) and stay
+  // valid until it is done; they are never read by the host (an unknown op in `ops` is reported
+  // per entry as kInvalidOp). The batch is ordered after earlier work on `stream`; work enqueued on
+  // `stream` afterwards sees it complete; it is durable once `stream` passes the returned event.
+  // The host does not wait for the device, except that a table runs one batch at a time: a call
+  // while the previous batch is still in flight waits until that one is settled. Batches of more
+  // than 2^24 operations run in parts, and the call returns when all but the last are done.
+  BatchEvent execute_async(const Batch& batch, CUstream_st* stream);
+
+  // Device sessions (GPU engine): user kernels on `stream` work on the table through a
+  // gphash::gpu::TableRef (include/gphash/gpu/table_ref.cuh). While a session is open, host
+  // batches on this table are refused (kInvalidArgument). The session's writes are durable once
+  // the event end_device_session returns is done.
+  DeviceSession begin_device_session(CUstream_st* stream, const DeviceSessionOptions& options = {});
+  BatchEvent end_device_session(CUstream_st* stream);
 
   // Reads a pool's header without opening an engine, running recovery or taking the pool's lock
   // (`gphash info` works while a writer runs). items and load_factor are as of the last clean
@@ -162,9 +223,9 @@ class Table {
   // GPU-memory placement: writes the table back to its pool (crash-safely: the previous saved
   // state stays until the new one is complete). Other engines work in the pool: nothing to do.
   void save();
-  // Makes everything durable (saving a GPU-memory table) and marks the pool clean; with automatic
-  // snapshots, then takes a last one if anything was written since the previous. The table is
-  // unusable afterwards.
+  // Makes everything durable (saving a GPU-memory table), marks the pool clean and lets go of it
+  // (the pool may be opened again at once); with automatic snapshots, first takes a last one if
+  // anything was written since the previous. Later calls on this Table throw kInvalidArgument.
   void close();
 
   // Writes a consistent snapshot of the table to `path` (default: OpenOptions::snapshots.path), a

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "gphash/config.h"
+#include "gphash/error.h"
 #include "gphash/ops.h"
 
 namespace gphash::engine {
@@ -37,6 +41,24 @@ struct ExportChunk {
   MemorySpace memory;
 };
 
+// The completion of an asynchronous batch or device session: durable and answered once done.
+class Completion {
+ public:
+  virtual ~Completion() = default;
+  // Blocks until done; rethrows what failed (kCuda, kTableFailed, ...).
+  virtual void wait() = 0;
+  virtual bool ready() = 0;
+  virtual void* cuda_event() = 0;  // a cudaEvent_t recorded on the caller's stream after the work
+};
+
+// What a device session hands to user kernels (the bytes of a gphash::gpu::TableRef), with the
+// configuration the kernels must have been compiled for.
+struct DeviceSession {
+  TableShape shape;
+  uint32_t key_width = 0;
+  std::vector<std::byte> ref;
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -51,6 +73,9 @@ class Engine {
   virtual void save() {}
   // Clean shutdown: makes everything durable and marks the pool clean. Idempotent.
   virtual void close() = 0;
+  // After a failure that may have left work half done: the engine must not mark the pool clean
+  // (not at close, not when destroyed), so the next open recovers it.
+  virtual void abandon() = 0;
   // Copies the items of the slots from `position` on (a slot index over the active levels, bottom
   // level first) into `chunk` until it is full or the table ends, advancing `position` (past the
   // last slot of the table when done). Values that fail their checksum are left out and counted
@@ -58,6 +83,34 @@ class Engine {
   virtual size_t export_items(uint64_t& position, const ExportChunk& chunk, uint64_t& damaged) = 0;
   // Published slots of each active level, bottom first.
   virtual std::vector<uint64_t> level_items() = 0;
+  // Enqueues a batch on `stream` (a cudaStream_t) and returns without waiting for it. Engines
+  // without streams run it at once and return null (done).
+  virtual std::shared_ptr<Completion> execute_async(const Batch& batch, void* stream) {
+    (void)stream;
+    execute(batch);
+    return nullptr;
+  }
+  // Device sessions: user kernels on `stream` operate on the table through a view (GPU engine).
+  virtual DeviceSession begin_device_session(uint64_t max_new_items, void* stream);
+  virtual std::shared_ptr<Completion> end_device_session(void* stream);
+  virtual bool device_session_open() const { return false; }
+
+  // Snapshots (src/snapshot): called while a snapshot holds writing batches off (the facade's
+  // lock held shared, so searches may run), each time before it takes the pool's dirty-page
+  // marks. The engine finishes the writes it has in flight (asynchronous batches) and reports
+  // every page it wrote to the pool other than through Pool::persist / write_header into
+  // pool.dirty_pages() (pool/dirty_pages.h), so the pool is at a batch boundary and its marks are
+  // complete. Throws kInvalidArgument while a device session is open (user kernels may be
+  // writing), and what a failed batch left (kTableFailed). Engines whose every write the pool
+  // sees have nothing to do.
+  virtual void prepare_snapshot() {}
 };
+
+inline DeviceSession Engine::begin_device_session(uint64_t, void*) {
+  throw Error(ErrorCode::kInvalidArgument, "device sessions need the GPU engine (open the table with EngineKind::kGpu)");
+}
+inline std::shared_ptr<Completion> Engine::end_device_session(void*) {
+  throw Error(ErrorCode::kInvalidArgument, "no device session is open");
+}
 
 }  // namespace gphash::engine

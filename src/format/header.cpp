@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -198,6 +200,28 @@ std::string describe(const PoolHeader& h) {
 }  // namespace gphash::format
 
 namespace gphash {
+
+// The configuration's text forms live with the format (the engines and the facade both use them).
+std::string to_string(TableShape s) { return fmt::format("{}L-{}H-{}S", s.levels, s.hashes, s.slots); }
+
+TableShape parse_shape(const std::string& text) {
+  // Strictly "<L>L-<H>H-<S>S" with decimal numbers up to 255 (no sign, no wrap-around).
+  auto fail = [&] {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("cannot read shape '{}': write it like 2L-2H-8S (levels, hashes, slots)", text), "shape");
+  };
+  unsigned part[3];
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  for (int i = 0; i < 3; ++i) {
+    const auto [next, err] = std::from_chars(p, end, part[i]);
+    if (err != std::errc() || next == p || part[i] > 255 || next == end || *next != "LHS"[i]) fail();
+    p = next + 1;
+    if (i < 2 && (p == end || *p++ != '-')) fail();
+  }
+  if (p != end) fail();
+  return {static_cast<uint8_t>(part[0]), static_cast<uint8_t>(part[1]), static_cast<uint8_t>(part[2])};
+}
 
 const char* to_string(ErrorCode code) noexcept {
   switch (code) {

@@ -62,12 +62,4 @@ GPHASH_HD SlotAddress unpack_slot_address(uint64_t w) {
   return {static_cast<uint32_t>(w >> 58), (w >> 6) & ((1ull << 52) - 1), static_cast<uint32_t>(w & 63)};
 }
 
-// The valid copy among duplicates of one key: highest level, then lowest bucket, then lowest
-// slot. Returns true if a is preferred over b.
-GPHASH_HD bool preferred_copy(SlotAddress a, SlotAddress b) {
-  if (a.level != b.level) return a.level > b.level;
-  if (a.bucket != b.bucket) return a.bucket < b.bucket;
-  return a.slot < b.slot;
-}
-
 }  // namespace gphash::format

@@ -152,8 +152,9 @@ void count_pool_writes(pool::Pool& pool, uint64_t operations) {
   pool.persist(counter, sizeof *counter);
 }
 
-Snapshotter::Snapshotter(pool::Pool& pool, std::shared_mutex& batches, FileSystem& fs)
-    : pool_(pool), batches_(batches), fs_(fs) {
+Snapshotter::Snapshotter(pool::Pool& pool, std::shared_mutex& batches, FileSystem& fs,
+                         std::function<void()> settle_writes)
+    : pool_(pool), batches_(batches), fs_(fs), settle_writes_(std::move(settle_writes)) {
   std::shared_lock hold(batches_);
   const format::PoolHeader& h = pool_.header();
   if (h.snapshot_unix_ns != 0 && h.snapshot_writes == pool_writes(pool_)) {
@@ -260,6 +261,7 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
     // Step 1.
     std::shared_lock hold(batches_);
     auto held_since = Clock::now();
+    if (settle_writes_) settle_writes_();
     const uint64_t first_pages = pool_.file_size() >> kPageShift;
     pool_.dirty_pages().take(first_pages, first_marks);
     taken = true;
@@ -283,6 +285,7 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
       if (capture_buffer_.size() < want) capture_buffer_.resize(want);
       hold.lock();
       held_since = Clock::now();
+      if (settle_writes_) settle_writes_();
     }
     result.pool_bytes = pool_.file_size();
     result.pool_writes = pool_writes(pool_);

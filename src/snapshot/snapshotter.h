@@ -11,6 +11,8 @@
 //      sync; commit (a superblock for an append, a rename for a new file); sync; record the
 //      snapshot in the pool's header.
 // Writers are held off for steps 1 and 3 only: the copy of the pages changed during step 2.
+// Each hold first lets the engine settle (asynchronous GPU batches finish, the GPU's own marks
+// join the pool's: Engine::prepare_snapshot), so "held off" means no write is in flight at all.
 //
 // A delta needs marks that start where the file's chain ends: those of this object's last
 // snapshot into the file, or, in a new process, the pool's own record (its header names the
@@ -25,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -54,7 +57,11 @@ struct TakeOptions {
 class Snapshotter {
  public:
   // `batches` is the table's batch lock: writing batches hold it exclusively, searches shared.
-  Snapshotter(pool::Pool& pool, std::shared_mutex& batches, FileSystem& fs = posix_file_system());
+  // `settle_writes`, if given, runs each time writers are held off, before the marks are taken:
+  // the engine finishes the writes it still has in flight and reports the pages it wrote (an
+  // engine whose writes the pool does not see itself: Engine::prepare_snapshot). It may throw.
+  Snapshotter(pool::Pool& pool, std::shared_mutex& batches, FileSystem& fs = posix_file_system(),
+              std::function<void()> settle_writes = {});
 
   // Takes a snapshot into `path` (one at a time; a second caller waits). Throws gphash::Error:
   // kCorruptFile if `path` exists and is not a snapshot file or is damaged, kInvalidArgument if it
@@ -86,6 +93,7 @@ class Snapshotter {
   pool::Pool& pool_;
   std::shared_mutex& batches_;
   FileSystem& fs_;
+  std::function<void()> settle_writes_;
   mutable std::mutex taking_;  // one snapshot at a time
   std::optional<Baseline> baseline_;
   std::optional<PoolRecord> pool_record_;  // until this object's first snapshot

@@ -29,6 +29,12 @@ struct Table::Impl {
   OpenOptions options;
   // Writing batches run alone; searching batches may share the table.
   mutable std::shared_mutex batches;
+  // Set when a call failed in a way that may have left the engine half done: the table refuses
+  // further work and is not marked clean, so the next open recovers the pool.
+  std::string failure;
+  void check_usable() const;
+  template <class F>
+  auto guarded(F&& f) -> decltype(f());
   // Snapshots. Declared after what they use, so they go first; the scheduler last of all.
   std::unique_ptr<snapshot::Snapshotter> snapshotter;
   std::mutex snapshot_status;  // guards the three below
@@ -41,6 +47,9 @@ struct Table::Impl {
   SnapshotResult take_snapshot(const std::string& path, bool skip_if_unchanged = false);
   void start_snapshots();
   void shut_down();
+  void after_writing_batch() {
+    if (auto_snapshots) auto_snapshots->writing_batch_done();
+  }
 };
 
 namespace {
@@ -80,7 +89,11 @@ Table::Table(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Table::Table(Table&&) noexcept = default;
 Table& Table::operator=(Table&&) noexcept = default;
 Table::~Table() {
-  if (impl_ && impl_->engine) {
+  if (impl_ && impl_->engine && !impl_->failure.empty()) {
+    impl_->auto_snapshots.reset();
+    impl_->engine->abandon();
+  }
+  if (impl_ && impl_->engine && impl_->failure.empty()) {
     try {
       impl_->shut_down();
     } catch (...) {
@@ -128,59 +141,183 @@ Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
   return Table(std::move(impl));
 }
 
-void Table::execute(const Batch& b) {
-  const format::PoolHeader& h = impl_->pool->header();
-  if (b.size == 0) return;
+namespace {
+
+// Checks a batch before it reaches an engine; returns how many of its operations may write (0: a
+// searching batch). The arrays of a batch in GPU memory are never read here (the engine reports
+// unknown ops per entry, kInvalidOp): all of a mixed one count as writes.
+uint64_t validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options) {
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
   if (b.key_width != h.gphash.key_width)
     throw Error(ErrorCode::kKeyWidthMismatch,
                 fmt::format("key width mismatch: pool has {}, batch gives {}", h.gphash.key_width, b.key_width), "key_width");
+  if (b.memory == MemorySpace::kDevice && options.engine != EngineKind::kGpu)
+    throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
   bool writes = false, values_needed = false;
   uint64_t write_ops = 0;
-  for (size_t i = 0; i < b.size; ++i) {
-    const Op op = b.ops ? b.ops[i] : b.op;
-    if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
-    writes |= op != Op::kSearch;
-    write_ops += op != Op::kSearch ? 1 : 0;
-    values_needed |= needs_value(op);
-    if (!b.ops) {  // one op for all entries
-      write_ops *= b.size;
-      break;
+  if (b.ops && b.memory == MemorySpace::kDevice) {
+    writes = true;  // unknown on the host; entries that need a value read `values`
+    values_needed = true;
+    write_ops = b.size;
+  } else {
+    for (size_t i = 0; i < b.size; ++i) {
+      const Op op = b.ops ? b.ops[i] : b.op;
+      if (static_cast<uint8_t>(op) > static_cast<uint8_t>(Op::kErase))
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
+      writes |= op != Op::kSearch;
+      write_ops += op != Op::kSearch ? 1 : 0;
+      values_needed |= needs_value(op);
+      if (!b.ops) {  // one op for all entries
+        write_ops *= b.size;
+        break;
+      }
     }
   }
   if (values_needed && !b.values)
-    throw Error(ErrorCode::kInvalidArgument, "malformed batch: insert, upsert and update need values");
+    throw Error(ErrorCode::kInvalidArgument,
+                b.ops && b.memory == MemorySpace::kDevice
+                    ? "malformed batch: a mixed batch in GPU memory needs a values array (its ops are not read on the host)"
+                    : "malformed batch: insert, upsert and update need values");
   if ((values_needed || b.values_out) && b.value_width != h.gphash.value_width)
     throw Error(ErrorCode::kValueWidthMismatch,
                 fmt::format("value width mismatch: pool has {}, batch gives {}", h.gphash.value_width, b.value_width),
                 "value_width");
-  if (writes && impl_->pool->read_only())
-    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", impl_->pool->path()));
-  if (b.memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
-    throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
+  if (writes && pool.read_only() && !(b.ops && b.memory == MemorySpace::kDevice))
+    throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", pool.path()));
   if (reinterpret_cast<uintptr_t>(b.keys) % 8 != 0)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: keys must be 8-byte aligned", "keys");
-  if (writes) {
-    {
-      std::unique_lock lock(impl_->batches);
-      // Before the batch runs, so a crash in the middle leaves it counted: the count bounds what
-      // a restart from the last snapshot loses.
-      snapshot::count_pool_writes(*impl_->pool, write_ops);
-      impl_->engine->execute(b);
+  return write_ops;
+}
+
+}  // namespace
+
+void Table::Impl::check_usable() const {
+  if (!engine) throw Error(ErrorCode::kInvalidArgument, "this table was closed; open its pool again to use it");
+  if (!failure.empty())
+    throw Error(ErrorCode::kTableFailed,
+                "an earlier call failed (" + failure +
+                    "): this table cannot be used any more; reopen the pool, whose recovery restores a consistent "
+                    "state with every acknowledged write");
+}
+
+template <class F>
+auto Table::Impl::guarded(F&& f) -> decltype(f()) {
+  check_usable();
+  try {
+    return f();
+  } catch (const Error& e) {
+    // Failures the engine may have left half done poison the table (its pool stays dirty, so the
+    // next open recovers it); errors about the call itself do not.
+    switch (e.code()) {
+      case ErrorCode::kIo:
+      case ErrorCode::kCuda:
+      case ErrorCode::kCorruptTable:
+      case ErrorCode::kNotMappable:
+      case ErrorCode::kTableFailed:
+        failure = e.what();
+        break;
+      default:
+        break;
     }
-    if (impl_->auto_snapshots) impl_->auto_snapshots->writing_batch_done();
-  } else {
-    std::shared_lock lock(impl_->batches);
-    impl_->engine->execute(b);
+    throw;
   }
 }
 
-uint32_t Table::key_width() const { return impl_->pool->header().gphash.key_width; }
-uint32_t Table::value_width() const { return impl_->pool->header().gphash.value_width; }
-uint64_t Table::size() const { return impl_->engine->item_count(); }
+void Table::execute(const Batch& b) {
+  impl_->check_usable();
+  if (b.size == 0) return;
+  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  if (writes) {
+    {
+      std::unique_lock lock(impl_->batches);
+      impl_->guarded([&] {
+        // Before the batch runs, so a crash in the middle leaves it counted: the count bounds what
+        // a restart from the last snapshot loses.
+        snapshot::count_pool_writes(*impl_->pool, writes);
+        impl_->engine->execute(b);
+      });
+    }
+    impl_->after_writing_batch();
+  } else {
+    std::shared_lock lock(impl_->batches);
+    impl_->guarded([&] { impl_->engine->execute(b); });
+  }
+}
+
+BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
+  impl_->check_usable();
+  if (b.size == 0) return {};
+  if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
+    throw Error(ErrorCode::kInvalidArgument,
+                "execute_async needs the batch's arrays in GPU memory (MemorySpace::kDevice); use execute for host arrays");
+  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  std::shared_ptr<engine::Completion> done;
+  if (writes) {
+    {
+      std::unique_lock lock(impl_->batches);
+      done = impl_->guarded([&] {
+        snapshot::count_pool_writes(*impl_->pool, writes);
+        return impl_->engine->execute_async(b, stream);
+      });
+    }
+    // A snapshot this wakes waits for the batch to finish on the device (Engine::prepare_snapshot).
+    impl_->after_writing_batch();
+  } else {
+    std::shared_lock lock(impl_->batches);
+    done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
+  }
+  return BatchEvent(std::move(done));
+}
+
+DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessionOptions& options) {
+  std::unique_lock lock(impl_->batches);
+  engine::DeviceSession s = impl_->guarded([&] {
+    engine::DeviceSession opened = impl_->engine->begin_device_session(options.max_new_items, stream);
+    // The host cannot count a session's writes: it counts as one write operation, so the pool
+    // reads as written since its last snapshot (TableInfo::writes_since_snapshot is then a lower
+    // bound).
+    if (!impl_->pool->read_only()) snapshot::count_pool_writes(*impl_->pool, 1);
+    return opened;
+  });
+  DeviceSession r;
+  r.shape = s.shape;
+  r.key_width = s.key_width;
+  r.bytes = std::move(s.ref);
+  return r;
+}
+
+BatchEvent Table::end_device_session(CUstream_st* stream) {
+  BatchEvent done;
+  {
+    std::unique_lock lock(impl_->batches);
+    done = BatchEvent(impl_->guarded([&] { return impl_->engine->end_device_session(stream); }));
+  }
+  impl_->after_writing_batch();
+  return done;
+}
+
+void BatchEvent::wait() const {
+  if (completion_) completion_->wait();
+}
+bool BatchEvent::ready() const { return !completion_ || completion_->ready(); }
+CUevent_st* BatchEvent::cuda_event() const {
+  return completion_ ? static_cast<CUevent_st*>(completion_->cuda_event()) : nullptr;
+}
+
+uint32_t Table::key_width() const {
+  impl_->check_usable();
+  return impl_->pool->header().gphash.key_width;
+}
+uint32_t Table::value_width() const {
+  impl_->check_usable();
+  return impl_->pool->header().gphash.value_width;
+}
+uint64_t Table::size() const {
+  impl_->check_usable();
+  return impl_->engine->item_count();
+}
 
 namespace {
 
@@ -227,6 +364,7 @@ TableInfo Table::inspect(const std::string& pool_spec) {
 }
 
 TableInfo Table::info() const {
+  impl_->check_usable();
   std::shared_lock lock(impl_->batches);
   engine::EngineStats s = impl_->engine->stats();
   const pool::Pool& pool = *impl_->pool;
@@ -262,7 +400,7 @@ TableInfo Table::info() const {
 
 void Table::save() {
   std::unique_lock lock(impl_->batches);
-  impl_->engine->save();
+  impl_->guarded([&] { impl_->engine->save(); });
 }
 
 namespace {
@@ -288,6 +426,7 @@ CheckResult to_result(const engine::CheckReport& r) {
 
 CheckResult Table::check(int threads) const {
   threads = check_threads(threads, "check threads");
+  impl_->check_usable();
   std::unique_lock lock(impl_->batches);
   impl_->engine->save();  // a GPU-memory table is checked as saved
   return to_result(engine::check_table(*impl_->pool, {threads, impl_->engine->item_count(), false}));
@@ -349,6 +488,7 @@ RepairResult Table::repair(const std::string& pool_spec, int threads) {
 bool Table::convert(const std::string& pool_spec) { return pool::convert_pool(pool_spec); }
 
 size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_t capacity, MemorySpace memory) {
+  impl_->check_usable();
   if (cursor.done()) return 0;
   if (!keys) throw Error(ErrorCode::kInvalidArgument, "export needs a keys array", "keys");
   if (memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
@@ -370,6 +510,7 @@ size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_
 }
 
 TableStats Table::stats() {
+  impl_->check_usable();
   std::unique_lock lock(impl_->batches);
   const format::PoolHeader& h = impl_->pool->header();
   const engine::EngineStats s = impl_->engine->stats();
@@ -387,17 +528,25 @@ TableStats Table::stats() {
   return r;
 }
 
-void Table::close() { impl_->shut_down(); }
+void Table::close() {
+  if (!impl_->engine) return;
+  impl_->shut_down();
+}
 
 // ---- snapshots ---------------------------------------------------------------------------------
 
 void Table::Impl::start_snapshots() {
-  snapshotter = std::make_unique<snapshot::Snapshotter>(*pool, batches);
+  // The engine finishes its writes in flight and reports the pages it wrote whenever the snapshot
+  // holds writers off (engine.h, Engine::prepare_snapshot).
+  snapshotter = std::make_unique<snapshot::Snapshotter>(*pool, batches, snapshot::posix_file_system(),
+                                                        [this] { engine->prepare_snapshot(); });
   const SnapshotOptions& s = options.snapshots;
   if (s.every_seconds > 0 || s.every_batches > 0)
     auto_snapshots = std::make_unique<snapshot::AutoSnapshots>(
         [this] {
           try {
+            // A device session's kernels may be writing: wait for a later round.
+            if (engine->device_session_open()) return;
             take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
           } catch (const std::exception& e) {
             std::lock_guard status(snapshot_status);
@@ -408,9 +557,10 @@ void Table::Impl::start_snapshots() {
 }
 
 SnapshotResult Table::Impl::take_snapshot(const std::string& path, bool skip_if_unchanged) {
+  check_usable();
   if (options.engine == EngineKind::kGpu && options.placement == Placement::kGpuMemory && !engine_closed) {
     std::unique_lock lock(batches);
-    engine->save();  // the pool must hold the table before it is copied
+    guarded([&] { engine->save(); });  // the pool must hold the table before it is copied
   }
   snapshot::TakeOptions take;
   take.file_mode = options.snapshots.file_mode;
@@ -428,19 +578,35 @@ void Table::Impl::shut_down() {
   if (auto_snapshots) auto_snapshots->stop();
   {
     std::unique_lock lock(batches);
-    engine->close();
+    guarded([&] { engine->close(); });
     engine_closed = true;
   }
   // With automatic snapshots, what the last one missed goes into a final one: a clean shutdown
-  // then loses nothing to a reboot.
+  // then loses nothing to a reboot. Its failure is reported after the pool is let go of (the pool
+  // is closed cleanly either way; the previous snapshot stands).
+  std::exception_ptr last_failed;
   if (auto_snapshots && !pool->read_only()) {
     auto_snapshots.reset();  // once only, also if it fails
-    take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
+    try {
+      take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
+    } catch (...) {
+      last_failed = std::current_exception();
+    }
   }
   auto_snapshots.reset();
+  {
+    // A closed table lets go of its pool (lock, mapping, GPU memory), so this process can open,
+    // check or copy it while the Table object still exists.
+    std::unique_lock lock(batches);
+    snapshotter.reset();
+    engine.reset();
+    pool.reset();
+  }
+  if (last_failed) std::rethrow_exception(last_failed);
 }
 
 SnapshotResult Table::snapshot(const std::string& path) {
+  impl_->check_usable();
   const std::string& file = path.empty() ? impl_->options.snapshots.path : path;
   if (file.empty())
     throw Error(ErrorCode::kInvalidArgument, "snapshot: no file given and no OpenOptions::snapshots.path", "path");
@@ -458,17 +624,6 @@ RestoreResult Table::restore(const std::string& snapshot_file, const std::string
   r.items = t.size();
   t.close();
   return r;
-}
-
-std::string to_string(TableShape s) { return fmt::format("{}L-{}H-{}S", s.levels, s.hashes, s.slots); }
-
-TableShape parse_shape(const std::string& text) {
-  unsigned l = 0, h = 0, s = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "%uL-%uH-%uS%c", &l, &h, &s, &tail) != 3 || l > 255 || h > 255 || s > 255)
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("cannot read shape '{}': write it like 2L-2H-8S (levels, hashes, slots)", text), "shape");
-  return {static_cast<uint8_t>(l), static_cast<uint8_t>(h), static_cast<uint8_t>(s)};
 }
 
 const char* to_string(Op op) noexcept {
@@ -491,6 +646,7 @@ const char* to_string(OpStatus s) noexcept {
     case OpStatus::kTableFull: return "table full";
     case OpStatus::kReservedKey: return "reserved key";
     case OpStatus::kCorruptValue: return "corrupt value";
+    case OpStatus::kInvalidOp: return "invalid op";
   }
   return "?";
 }

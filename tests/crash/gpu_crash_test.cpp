@@ -81,5 +81,47 @@ TEST(GpuCrashInjection, TrapAtEveryDepthRecoversWithBothEngines) {
   EXPECT_GE(traps, 30);
 }
 
+// A CUDA call that fails in the middle of a batch (GPHASH_GPU_FAIL_AT=N: the N-th checked CUDA call
+// of the child fails): the batch gets a typed error, the table refuses further work without marking
+// the pool clean, and the next open recovers every acknowledged write.
+TEST(GpuFaults, ACudaErrorInTheMiddleOfABatchLosesNoAcknowledgedWrite) {
+  std::string why;
+  if (!engine::gpu_available(&why)) GTEST_SKIP() << "no GPU: " << why;
+  int failures = 0;
+  for (uint64_t n = 40; n < 20000; n = n * 3 / 2) {
+    WorkloadParams p;
+    p.key_space_start = 64;
+    p.key_space_growth = 64;
+    p.key_space_max = 3000;
+    p.max_batch_ops = 400;
+    PoolUnderTest pool(fmt::format("/dev/shm/gphash-gpufail-{}-{}", getpid(), n), "2L-2H-8S", p, 13);
+    pool.capacity = 32;
+    pool.engine = "gpu";
+    remove_pool_and_leftovers(pool.path);
+    ChildProcess child(crash_child_path(), pool.child_args(kBatches), {fmt::format("GPHASH_GPU_FAIL_AT={}", n)});
+    child.wait();
+    const ChildReport& report = child.report();
+    std::optional<std::vector<PlannedOp>> in_flight;
+    const std::vector<std::string> v = absorb_report(pool, report, in_flight);
+    ASSERT_TRUE(v.empty()) << pool.describe() << " CUDA failure at call " << n << ":\n" << fmt::format("{}", fmt::join(v, "\n"));
+    if (!report.opened) {
+      remove_pool_and_leftovers(pool.path);
+      continue;
+    }
+    if (!report.done) {
+      ++failures;
+      EXPECT_NE(report.error.find("CUDA"), std::string::npos) << "not a typed CUDA error: " << report.error;
+    }
+    VerifyOptions options;
+    options.open.engine = EngineKind::kGpu;
+    const VerifyReport r = verify_copy(pool, in_flight, options);
+    ASSERT_TRUE(r.ok()) << pool.describe() << " CUDA failure at call " << n << ":\n" << r.summary();
+    remove_pool_and_leftovers(pool.path);
+    if (report.done) break;
+  }
+  std::printf("forced CUDA failures: %d verified\n", failures);
+  EXPECT_GE(failures, 5);
+}
+
 }  // namespace
 }  // namespace gphash::crashtest

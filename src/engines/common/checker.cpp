@@ -14,6 +14,7 @@
 #include "format/cell.h"
 #include "format/hash.h"
 #include "format/header.h"
+#include "format/probe.h"
 #include "gphash/error.h"
 
 namespace gphash::engine {
@@ -182,7 +183,7 @@ CheckReport check_table(const pool::Pool& pool, const CheckOptions& options) {
     for (uint32_t l = g.bottom_level; l <= format::highest_level(h); ++l)
       for (int j = 0; j < g.hashes; ++j) {
         const uint64_t cb = format::bucket_at(hash[j], l);
-        bool repeat = false;
+        bool repeat = false;  // (the checker reads any shape, so it cannot use the templated rule)
         for (int i = 0; i < j; ++i) repeat |= format::bucket_at(hash[i], l) == cb;
         if (repeat) continue;
         const std::byte* other = v.bucket(l, cb);

@@ -133,6 +133,7 @@ class CpuEngine final : public Engine {
   std::vector<uint64_t> level_items() override { return table_.level_items(threads_); }
   EngineStats stats() const override { return stats_; }
 
+  void abandon() override { closed_ = true; }
   void close() override {
     if (closed_ || pool_.read_only()) return;
     pool_.sync();

@@ -21,6 +21,7 @@
 #include "format/hash.h"
 #include "format/layout.h"
 #include "format/shape.h"
+#include "format/probe.h"
 #include "format/slot.h"
 #include "gphash/error.h"
 #include "gphash/ops.h"
@@ -348,12 +349,7 @@ class CpuTable {
     return chunk_[c] + (cell - heap_.chunk_begin(c)) * cell_size_;
   }
 
-  // Two hash functions may name the same bucket at a level; it is scanned once.
-  static bool repeated_bucket(const Probe& p, uint32_t level, int j) {
-    for (int i = 0; i < j; ++i)
-      if (format::bucket_at(p.hash[i], level) == format::bucket_at(p.hash[j], level)) return true;
-    return false;
-  }
+  static bool repeated_bucket(const Probe& p, uint32_t level, int j) { return format::repeated_bucket(p.hash, level, j); }
 
   bool key_matches(const SlotRef& at, const Probe& p) const {
     if constexpr (Layout::kKeyIsState) return true;  // the state word is the key
@@ -364,11 +360,11 @@ class CpuTable {
     else return std::memcmp(key_bytes(a), key_bytes(b), KeyWidth) == 0;
   }
 
-  // Reads all candidate buckets of p in levels [lo, hi], top level first, so ties in load go to
-  // higher levels (measured: a higher load factor before the first resize).
+  // Reads all candidate buckets of p in levels [lo, hi]: the copies of p (and the valid one) and
+  // the insert target, by the probe rules (format/probe.h).
   Scan scan(const Probe& p, uint32_t lo, uint32_t hi) const {
     Scan r;
-    int best_load = S + 1;
+    uint32_t best_score = ~0u;
     for (uint32_t level = hi + 1; level-- > lo;)
       for (int j = 0; j < H; ++j) {
         if (repeated_bucket(p, level, j)) continue;
@@ -389,8 +385,9 @@ class CpuTable {
             ++r.matches;
           }
         }
-        if (first_empty >= 0 && load < best_load) {
-          best_load = load;
+        const uint32_t score = format::target_score(load, static_cast<int>(level - lo), j, static_cast<int>(hi - lo + 1));
+        if (first_empty >= 0 && score < best_score) {
+          best_score = score;
           r.free = SlotRef{b, level, index, static_cast<uint32_t>(first_empty)};
           r.has_free = true;
         }

@@ -1,5 +1,10 @@
-// The device view of a table: trivially copyable, passed by value to every kernel (the way
-// cuCollections separates static_map from static_map_ref). The host GpuEngine owns the memory.
+// What kernels see of a table, in three trivially copyable parts passed by value:
+//   PoolWrites   - the one write path: every store a kernel makes to the pool goes through it
+//                  (the persist barrier, dirty-page marks for snapshots, crash injection);
+//   DeviceTable  - the table: levels, hash seeds, widths, the value heap's chunks, the tag mirror
+//                  (the way cuCollections separates static_map from static_map_ref);
+//   BatchContext - the state of one batch: counters and the heap's free cells.
+// The host GpuEngine owns the memory behind them.
 //
 // Tag mirror. Next to the table, GPU memory holds one byte per slot: 0 = empty, 1 = claimed by
 // an insert in flight, >= 2 = the tag (8 bits of the fingerprint) of a published slot. Tags are
@@ -15,9 +20,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "format/cell.h"
 #include "format/hash.h"
 #include "format/header.h"
 #include "format/layout.h"
+#include "format/probe.h"
 #include "format/shape.h"
 #include "format/slot.h"
 
@@ -25,15 +32,83 @@ namespace gphash::engine::gpu {
 
 inline constexpr uint64_t kNoCell = ~0ull;
 inline constexpr unsigned kFullMask = 0xFFFFFFFFu;
+inline constexpr uint32_t kDirtyPageShift = 12;  // dirty marks are per 4 KiB page of the pool
 
 // Slot words that other warps change during a kernel are read through volatile loads, so a
 // retry sees the newest value instead of a stale L1 line.
 __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 __device__ __forceinline__ uint8_t load_volatile(const uint8_t* p) { return *reinterpret_cast<const volatile uint8_t*>(p); }
-__device__ __forceinline__ void store_volatile(uint64_t* p, uint64_t v) { *reinterpret_cast<volatile uint64_t*>(p) = v; }
+
+__device__ __forceinline__ bool aligned(const void* p, unsigned a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+#if GPHASH_CRASH_POINTS
+// Crash injection (crash-test builds only): a trap after the N-th store to the pool.
+struct CrashCountdown {
+  unsigned long long stores;
+  unsigned long long trap_at;  // 0 = off
+};
+#endif
+
+// The one write path to the pool. A host-mapped pool is persistent: the barrier is a system-scope
+// fence (the GPM model's persist barrier). A table kept in GPU memory is volatile; a device-scope
+// fence still orders a slot's stores before the tag update that hands the slot to other warps
+// (without it an erase's EMPTY could land after another warp's insert into the freed slot).
+struct PoolWrites {
+  bool persistent;
+  // Snapshots: one byte per 4 KiB page of the pool, set for every page written (null: off). Pool
+  // memory is registered so that device and host addresses agree; pool_base is offset 0.
+  uint8_t* dirty_pages;
+  uintptr_t pool_base;
+#if GPHASH_CRASH_POINTS
+  CrashCountdown* countdown;
+#endif
+
+  __device__ __forceinline__ void count() const {
+#if GPHASH_CRASH_POINTS
+    if (countdown && countdown->trap_at && atomicAdd(&countdown->stores, 1ull) + 1 >= countdown->trap_at) __trap();
+#endif
+  }
+  __device__ __forceinline__ void mark(const void* p, size_t n) const {
+    if (!dirty_pages) return;
+    const uintptr_t first = (reinterpret_cast<uintptr_t>(p) - pool_base) >> kDirtyPageShift;
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + n - 1 - pool_base) >> kDirtyPageShift;
+    for (uintptr_t page = first; page <= last; ++page) dirty_pages[page] = 1;
+  }
+  __device__ __forceinline__ void store(uint64_t* p, uint64_t v) const {
+    count();
+    *reinterpret_cast<volatile uint64_t*>(p) = v;
+    mark(p, 8);
+  }
+  // EMPTY -> INSERTING by CAS (claims in the pool itself, where no tag mirror holds them).
+  __device__ __forceinline__ bool claim(uint64_t* state) const {
+    count();
+    const bool won = atomicCAS(reinterpret_cast<unsigned long long*>(state), format::kSlotEmpty,
+                               format::kSlotInserting) == format::kSlotEmpty;
+    if (won) mark(state, 8);
+    return won;
+  }
+  // One lane copies n bytes into the pool.
+  __device__ void copy(std::byte* dst, const std::byte* src, uint32_t n) const {
+    count();
+    if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
+      for (uint32_t k = 0; k < n; k += 16) *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
+    } else if (n % 8 == 0 && aligned(dst, 8) && aligned(src, 8)) {
+      for (uint32_t k = 0; k < n; k += 8) *reinterpret_cast<uint64_t*>(dst + k) = *reinterpret_cast<const uint64_t*>(src + k);
+    } else {
+      for (uint32_t k = 0; k < n; ++k) dst[k] = src[k];
+    }
+    mark(dst, n);
+  }
+  // The persist barrier: stores before it reach the persistence domain before stores after it.
+  __device__ __forceinline__ void barrier() const {
+    if (persistent)
+      __threadfence_system();
+    else
+      __threadfence();
+  }
+};
 
 // Counters a batch accumulates on the device; read back once per batch.
-// The fields up to `stores` are reset before every batch; the crash-injection fields persist.
 struct BatchCounters {
   unsigned long long cells_taken;   // from the free-cell stack
   unsigned long long fresh_next;    // next never-used cell
@@ -46,29 +121,32 @@ struct BatchCounters {
   unsigned long long stopped_at;    // slow path: the pending entry it stopped at
   int slow_result;                  // slow path: a RunResult
   int unused;
-  unsigned long long stores;        // crash injection: persistent stores so far
-  unsigned long long crash_after;   // crash injection: trap at this store (0 = off)
 };
 
-// Results of table-wide passes (open, recovery, resize), kept apart from a batch's counters
-// because a resize can run in the middle of a batch.
+// Results of table-wide passes (open, recovery, resize, export), kept apart from a batch's
+// counters because a resize can run in the middle of a batch.
 struct ScanCounters {
   unsigned long long corrupt;       // slots that break an invariant, or items a resize could not place
-  unsigned long long items;         // published slots
+  unsigned long long items;         // published slots (export: items written)
   unsigned long long highest_cell;  // 1 + the highest referenced cell
-  unsigned long long found;         // free cells collected
+  unsigned long long found;         // free cells collected; export: values left out (checksum)
 };
 
-// The value heap as the device sees it: chunk addresses plus the free-cell state of this batch.
+// One batch's state: its counters and the value heap's free cells.
+struct BatchContext {
+  BatchCounters* counters;
+  const uint64_t* free_cells;  // stack of free cells at batch start, [0, free_count)
+  uint64_t free_count;
+  uint64_t* freed;             // cells released during this batch
+  uint64_t freed_capacity;
+};
+
+// The value heap's chunks as the device sees them.
 struct DeviceHeap {
   std::byte* chunk[format::kMaxHeapChunks];
   format::HeapGeometry geometry;
   uint32_t cell_size;
-  uint64_t capacity;      // cells in all chunks
-  uint64_t* free_cells;   // stack of free cells at batch start, [0, free_count)
-  uint64_t free_count;
-  uint64_t* freed;        // cells released during this batch
-  uint64_t freed_capacity;
+  uint64_t capacity;  // cells in all chunks
 };
 
 template <class ShapeT, int KeyWidth>
@@ -86,12 +164,12 @@ struct DeviceTable {
   uint64_t seed[H];
   uint32_t value_width;
   bool has_heap;
-  bool persistent;  // host-mapped pool: order stores with system-scope fences (the persist barrier)
-  uint8_t* tags;    // the tag mirror (null when an operation works without it)
+  bool value_checksums;  // heap cells end with a checksum of their value (format/cell.h)
+  uint8_t* tags;         // the tag mirror (null when an operation works without it)
   uint32_t family_bytes;
   DeviceHeap heap;
-  BatchCounters* counters;
   uint64_t* maintenance;  // the pool's maintenance record (MaintenanceRecord words), or null
+  PoolWrites writes;
 
   __host__ __device__ static constexpr uint32_t family_bytes_for() {
     uint32_t n = ((1u << L) - 1) * S, p = 1;
@@ -120,21 +198,12 @@ struct DeviceTable {
     const uint64_t family = b >> d;
     return family * family_bytes + (((1u << d) - 1) + (b & ((1u << d) - 1))) * S + s;
   }
-
-  // The persist barrier of the GPM model: a system-scope fence for a host-mapped pool. In GPU
-  // memory (volatile) a device-scope fence still orders a slot's stores before the tag update
-  // that hands the slot to other warps: without it an erase's EMPTY could land after another
-  // warp's insert into the freed slot.
-  __device__ void persist_barrier() const {
-    if (persistent)
-      __threadfence_system();
-    else
-      __threadfence();
+  // The checksum a cell holding `value` for the key whose first hash is `hash0` must carry.
+  __device__ uint64_t checksum_of(const std::byte* value, uint64_t hash0) const {
+    return format::value_checksum(value, value_width, hash0);
   }
-  // Crash injection (tests): counts persistent stores and traps at the chosen one.
-  __device__ void before_persistent_store() const {
-    if (counters->crash_after == 0) return;
-    if (atomicAdd(&counters->stores, 1ull) + 1 >= counters->crash_after) __trap();
+  __device__ uint64_t* cell_checksum(uint64_t ref) const {
+    return reinterpret_cast<uint64_t*>(cell(ref) + format::cell_checksum_offset(heap.cell_size));
   }
 };
 

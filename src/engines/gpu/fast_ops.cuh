@@ -18,29 +18,29 @@ namespace gphash::engine::gpu {
 // Cells for the lanes in `need`, one atomic per warp: from the free-cell stack first, then
 // never-used cells; kNoCell when the heap is exhausted.
 template <class T>
-__device__ uint64_t allocate_cells_warp(const T& t, uint32_t need, int lane) {
+__device__ uint64_t allocate_cells_warp(const T& t, const BatchContext& ctx, uint32_t need, int lane) {
   if (!need) return kNoCell;
   const int leader = __ffs(need) - 1;
   const unsigned count = __popc(need), rank = __popc(need & ((1u << lane) - 1));
   unsigned long long base = 0, fresh = 0;
   if (lane == leader) {
-    base = atomicAdd(&t.counters->cells_taken, static_cast<unsigned long long>(count));
-    const unsigned long long from_stack = base < t.heap.free_count ? t.heap.free_count - base : 0;
-    if (from_stack < count) fresh = atomicAdd(&t.counters->fresh_next, count - from_stack);
+    base = atomicAdd(&ctx.counters->cells_taken, static_cast<unsigned long long>(count));
+    const unsigned long long from_stack = base < ctx.free_count ? ctx.free_count - base : 0;
+    if (from_stack < count) fresh = atomicAdd(&ctx.counters->fresh_next, count - from_stack);
   }
   base = __shfl_sync(kFullMask, base, leader);
   fresh = __shfl_sync(kFullMask, fresh, leader);
   if (!(need >> lane & 1)) return kNoCell;
   const unsigned long long k = base + rank;
-  if (k < t.heap.free_count) return t.heap.free_cells[t.heap.free_count - 1 - k];
-  const unsigned long long from_stack = base < t.heap.free_count ? t.heap.free_count - base : 0;
+  if (k < ctx.free_count) return ctx.free_cells[ctx.free_count - 1 - k];
+  const unsigned long long from_stack = base < ctx.free_count ? ctx.free_count - base : 0;
   const unsigned long long f = fresh + (rank - from_stack);
   return f < t.heap.capacity ? f : kNoCell;
 }
 
 // What phase 1 found for one operation: the lanes whose slot word matches its probe (candidates
 // to confirm) and, when asked, its insert target: the first empty slot of the least-loaded bucket
-// (ties to the lowest level, then the first hash), as a lane number, or -1 when all are full.
+// (format::target_score), as a lane number, or -1 when all are full.
 struct Candidates {
   uint32_t lanes = 0;
   int target = -1;
@@ -56,7 +56,8 @@ template <Access A, class T>
 __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe<T>& mine, uint32_t ops, bool find_targets,
                                                       int lane) {
   constexpr int kInFlight = 8;
-  const int s = lane % T::S, d = (lane / T::S) % T::L, j = lane / (T::S * T::L);
+  const format::CandidatePosition c = format::candidate_position(lane, T::L, T::S);
+  const int s = c.slot, d = c.d, j = c.j;
   const uint32_t level = t.bottom + d;
   Candidates mine_found;
   for (int base = 0; base < 32; base += kInFlight) {
@@ -70,10 +71,7 @@ __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe
       for (int x = 0; x < T::H; ++x) h[x] = __shfl_sync(kFullMask, mine.hash[x], base + k);
       const uint64_t b = format::bucket_at(pick(h, j), level);
       bucket_of[k] = b;
-      live[k] = (ops >> (base + k)) & 1;
-#pragma unroll
-      for (int x = 0; x < T::H; ++x)
-        if (x < j && format::bucket_at(h[x], level) == b) live[k] = false;
+      live[k] = ((ops >> (base + k)) & 1) && !format::repeated_bucket(h, level, j);
       if constexpr (A == Access::kMirror)
         seen[k] = live[k] ? __ldcg(t.tags + t.tag_index(level, b, s)) : 1;
       else
@@ -91,16 +89,9 @@ __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe
       if (find_targets) {
         const uint32_t occupied = __ballot_sync(kFullMask, live[k] && seen[k] != 0);
         const uint32_t empty = __ballot_sync(kFullMask, live[k] && seen[k] == 0);
-        const uint32_t lanes = bucket_lanes<T::S>(lane);
-        unsigned score = ~0u;
-        if (s == 0 && live[k] && (empty & lanes))
-          score = (unsigned(__popc(occupied & lanes)) << 16) | (unsigned(T::L - 1 - d) << 8) | unsigned(j);
-        const unsigned best = __reduce_min_sync(kFullMask, score);
-        if (best != ~0u) {
-          const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
-          found.target = leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
-          found.target_bucket = __shfl_sync(kFullMask, bucket_of[k], leader);
-        }
+        found.target = pick_target<T>(live[k], occupied, empty, lane, d, j);
+        if (found.target >= 0)
+          found.target_bucket = __shfl_sync(kFullMask, bucket_of[k], found.target - found.target % T::S);
       }
       if (lane == base + k) mine_found = found;
     }
@@ -109,7 +100,8 @@ __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe
 }
 
 template <Access A, class T>
-__global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv) {
+__global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
+                                                       const __grid_constant__ BatchView bv) {
   const int lane = threadIdx.x & 31;
   const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const bool head = pos < bv.n && (!bv.sort_keys || pos == 0 || bv.sort_keys[pos] != bv.sort_keys[pos - 1]);
@@ -118,10 +110,10 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   KeyProbe<T> mine{};
   if (single) make_probe(t, bv.keys + size_t{i} * T::kKeyWords, mine);
   const Op op = single ? bv.op(i) : Op::kSearch;
-  bool reserved = false;
-  if constexpr (T::Layout::kKeyIsState) reserved = single && format::is_reserved_key(mine.key[0]);
-  if (reserved) bv.status[i] = static_cast<uint8_t>(OpStatus::kReservedKey);
-  const uint32_t simple = __ballot_sync(kFullMask, single && !reserved);
+  bool skipped = single && !is_valid_op(op);
+  if constexpr (T::Layout::kKeyIsState) skipped |= single && format::is_reserved_key(mine.key[0]);
+  if (skipped) bv.status[i] = static_cast<uint8_t>(is_valid_op(op) ? OpStatus::kReservedKey : OpStatus::kInvalidOp);
+  const uint32_t simple = __ballot_sync(kFullMask, single && !skipped);
   // A warp of searches needs no insert targets: skip the occupancy ballots.
   const bool any_writes = __any_sync(kFullMask, single && op != Op::kSearch);
   // Phase 1.
@@ -138,24 +130,23 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   if (simple >> lane & 1) {
     uint64_t best_rank = ~0ull;
     for (uint32_t c = my_candidates; c; c &= c - 1) {
-      const int cl = __ffs(c) - 1;
-      const int cs = cl % T::S, cd = (cl / T::S) % T::L, cj = cl / (T::S * T::L);
-      const uint32_t clevel = t.bottom + cd;
-      const uint64_t cb = format::bucket_at(pick(mine.hash, cj), clevel);
+      const format::CandidatePosition cp = format::candidate_position(__ffs(c) - 1, T::L, T::S);
+      const uint32_t clevel = t.bottom + cp.d;
+      const uint64_t cb = format::bucket_at(pick(mine.hash, cp.j), clevel);
       std::byte* bucket = t.bucket(clevel, cb);
       bool match;
       if constexpr (T::Layout::kKeyIsState) {
-        match = A == Access::kDirect || load_volatile(T::state_word(bucket, cs)) == mine.published;
+        match = A == Access::kDirect || load_volatile(T::state_word(bucket, cp.slot)) == mine.published;
       } else {
-        const uint64_t* k = T::key_words(bucket, cs);
+        const uint64_t* k = T::key_words(bucket, cp.slot);
         match = true;
 #pragma unroll
         for (int w = 0; w < T::kKeyWords; ++w) match &= k[w] == mine.key[w];
       }
       if (!match) continue;
       ++matches;
-      const uint64_t rank = (uint64_t(format::kMaxLevel - clevel) << 58) | (cb << 6) | cs;
-      if (rank < best_rank) best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cs;
+      const uint64_t rank = format::copy_rank(clevel, cb, cp.slot);
+      if (rank < best_rank) best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cp.slot;
     }
     found = matches > 0;
     if (matches > 1) defer = true;  // duplicates: the serial path removes them
@@ -171,65 +162,50 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   const bool writes_value = (simple >> lane & 1) && !defer && found && (op == Op::kUpdate || op == Op::kUpsert);
   const bool erases = (simple >> lane & 1) && !defer && found && op == Op::kErase;
 
-  // New value words: inline values, or cells allocated for the warp at once and filled together.
+  // New value words: inline values, or cells allocated for the warp at once and filled together
+  // (with their checksums), then persisted.
   uint64_t word = 0;
   if (writes_new || writes_value) word = t.has_heap ? 0 : read_inline_value(bv.value(i), bv.value_width);
   if (t.has_heap) {
-    word = allocate_cells_warp(t, __ballot_sync(kFullMask, writes_new || writes_value), lane);
+    word = allocate_cells_warp(t, ctx, __ballot_sync(kFullMask, writes_new || writes_value), lane);
     if ((writes_new || writes_value) && word == kNoCell) defer = true;
     const bool fills = (writes_new || writes_value) && word != kNoCell;
-    if (fills) t.before_persistent_store();
     warp_copy_lanes(__ballot_sync(kFullMask, fills), fills ? bv.value(i) : nullptr, fills ? t.cell(word) : nullptr,
-                    bv.value_width, lane);
-    t.persist_barrier();
+                    bv.value_width, lane, &t.writes);
+    if (fills && t.value_checksums) t.writes.store(t.cell_checksum(word), t.checksum_of(bv.value(i), mine.hash[0]));
+    t.writes.barrier();
   }
   // Claims and new slots.
-  const int td = (my_target / T::S) % T::L;
-  const uint32_t t_level = t.bottom + td;
-  const int t_slot = my_target % T::S;
+  const format::CandidatePosition tp = format::candidate_position(my_target < 0 ? 0 : my_target, T::L, T::S);
+  const uint32_t t_level = t.bottom + tp.d;
+  const int t_slot = tp.slot;
   bool claimed = false;
   if (writes_new && !defer) {
-    if constexpr (A == Access::kMirror) {
-      LaneSlot<T> ls;
-      ls.tag_index = t.tag_index(t_level, my_target_bucket, t_slot);
-      claimed = claim_slot<A>(t, ls);
-    } else {
-      LaneSlot<T> ls;
-      ls.level = t_level, ls.bucket = my_target_bucket, ls.slot = t_slot;
-      claimed = claim_slot<A>(t, ls);
-    }
+    LaneSlot<T> ls;
+    ls.level = t_level, ls.bucket = my_target_bucket, ls.slot = t_slot;
+    if constexpr (A == Access::kMirror) ls.tag_index = t.tag_index(t_level, my_target_bucket, t_slot);
+    claimed = claim_slot<A>(t, ls);
     if (!claimed) {
       defer = true;
-      if (t.has_heap) release_cell(t, word);
+      if (t.has_heap) release_cell(ctx, word);
     }
   }
   std::byte* tb = claimed ? t.bucket(t_level, my_target_bucket) : nullptr;
   if (claimed) {
     if constexpr (!T::Layout::kKeyIsState) {
-      t.before_persistent_store();
       uint64_t* k = T::key_words(tb, t_slot);
 #pragma unroll
-      for (int w = 0; w < T::kKeyWords; ++w) k[w] = mine.key[w];
+      for (int w = 0; w < T::kKeyWords; ++w) t.writes.store(k + w, mine.key[w]);
     }
-    t.before_persistent_store();
-    store_volatile(T::value_word(tb, t_slot), word);
+    t.writes.store(T::value_word(tb, t_slot), word);
   }
   // Updates and erases of found copies.
   std::byte* fb = (writes_value || erases) && !defer ? t.bucket(f_level, f_bucket) : nullptr;
-  if (writes_value && !defer) {
-    t.before_persistent_store();
-    store_volatile(T::value_word(fb, f_slot), word);
-  }
-  if (erases) {
-    t.before_persistent_store();
-    store_volatile(T::state_word(fb, f_slot), format::kSlotEmpty);
-  }
-  t.persist_barrier();
-  if (claimed) {
-    t.before_persistent_store();
-    store_volatile(T::state_word(tb, t_slot), mine.published);
-  }
-  t.persist_barrier();
+  if (writes_value && !defer) t.writes.store(T::value_word(fb, f_slot), word);
+  if (erases) t.writes.store(T::state_word(fb, f_slot), format::kSlotEmpty);
+  t.writes.barrier();
+  if (claimed) t.writes.store(T::state_word(tb, t_slot), mine.published);
+  t.writes.barrier();
   if constexpr (A == Access::kMirror) {
     if (claimed) {
       unsigned shift;
@@ -242,22 +218,28 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       atomicXor(w, uint32_t(mine.tag) << shift);
     }
   }
-  if (t.has_heap && ((writes_value && !defer) || erases)) release_cell(t, f_value);
+  if (t.has_heap && ((writes_value && !defer) || erases)) release_cell(ctx, f_value);
   if ((claimed || ((writes_value && !defer)) || erases) && (simple >> lane & 1)) bv.status[i] = static_cast<uint8_t>(OpStatus::kOk);
   long long delta = int(claimed) - int(erases);
 
-  // Search results: inline values by each lane, heap cells copied by the warp together.
+  // Search results: inline values by each lane, heap cells copied by the warp together (and, with
+  // value checksums, verified by each lane against its copy).
   if ((simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i) && !t.has_heap)
     write_inline_value(bv.out(i), f_value, bv.value_width);
   if (t.has_heap) {
     const bool copies = (simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i);
     warp_copy_lanes(__ballot_sync(kFullMask, copies), copies ? t.cell(f_value) : nullptr, copies ? bv.out(i) : nullptr,
-                    bv.value_width, lane);
+                    bv.value_width, lane, nullptr);
+    if (t.value_checksums) {
+      __syncwarp();
+      if (copies && !value_verifies(t, f_value, bv.out(i), mine.hash[0]))
+        bv.status[i] = static_cast<uint8_t>(OpStatus::kCorruptValue);
+    }
   }
 
   // The serial warp-cooperative path: runs of several operations and deferred ones.
   uint32_t work = __ballot_sync(kFullMask, (head && !single) || ((simple >> lane & 1) && defer));
-  WarpOps<A, T> ops{t, bv, lane, delta};
+  WarpOps<A, T> ops{t, ctx, bv, lane, delta};
   while (work) {
     const int leader = __ffs(work) - 1;
     work &= work - 1;
@@ -265,11 +247,11 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     const size_t end = run_end(bv, begin, lane);
     size_t resume = begin;
     const RunResult r = ops.run(begin, end, SlowPathFlags{}, &resume);
-    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(t, bv, resume, r);
+    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) delta += __shfl_xor_sync(kFullMask, delta, o);
-  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }
 
 }  // namespace gphash::engine::gpu
@@ -317,7 +299,8 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
   if (item) {
     for (uint32_t c = my_candidates; c && !copied; c &= c - 1) {
       const int cl = __ffs(c) - 1;
-      const int cs = cl % T::S, cd = (cl / T::S) % T::L, cj = cl / (T::S * T::L);
+      const format::CandidatePosition cp = format::candidate_position(cl, T::L, T::S);
+      const int cs = cp.slot, cd = cp.d, cj = cp.j;
       std::byte* bucket = upper.bucket(upper.bottom + cd, format::bucket_at(pick(mine.hash, cj), upper.bottom + cd));
       if constexpr (T::Layout::kKeyIsState) {
         copied = load_volatile(T::state_word(bucket, cs)) == mine.published;
@@ -330,7 +313,7 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
     }
   }
   bool claimed = false;
-  const uint32_t t_level = upper.bottom + (my_target / T::S) % T::L;
+  const uint32_t t_level = upper.bottom + format::candidate_position(my_target < 0 ? 0 : my_target, T::L, T::S).d;
   const int t_slot = my_target % T::S;
   if (item && !copied && my_target >= 0) {
     LaneSlot<T> ls;
@@ -373,9 +356,8 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
     if (!placed && lane == 0) atomicAdd(&out->corrupt, 1ull);
   }
   if (item && (copied || claimed)) {
-    upper.before_persistent_store();
-    store_volatile(T::state_word(old_bucket, old_slot), format::kSlotEmpty);
-    upper.persist_barrier();
+    upper.writes.store(T::state_word(old_bucket, old_slot), format::kSlotEmpty);
+    upper.writes.barrier();
   }
 }
 

@@ -1,17 +1,37 @@
-// The GPU engine's host side: maps the pool for the GPU (the GPM layer), plans and launches
-// batches, runs the exclusive slow paths (displacement, resize, heap growth) and recovery.
-// Instantiated per shape in gpu_engine_<shape>.cu, so the instantiations compile in parallel.
+// The GPU engine's host side: opens a pool for the GPU (through PoolMapping, the GPM layer),
+// stages, plans and launches batches on the caller's stream, finishes the exclusive slow paths
+// (displacement, resize, heap growth) and recovery. Instantiated per shape in
+// gpu_engine_<shape>.cu, so the instantiations compile in parallel.
+//
+// Two ways to run a batch:
+//   execute        host-driven: plan and the parallel pass on the engine's batch stream, then the
+//                  host reads the batch's counters and runs the exclusive slow path (displacement,
+//                  resize, heap growth) as needed, then copies the results out;
+//   execute_async  on the caller's stream, with no host in the middle: the host first grows the
+//                  heap and the table as far as the batch could need (a resize here waits for the
+//                  device), then enqueues plan, the parallel pass and a one-warp displacement pass
+//                  for the runs that found no free slot; an insert that still finds none fails
+//                  with kTableFull (possible only near the maximum load factor). The engine's
+//                  completion thread settles the batch (item count, freed cells) once it is done.
+// One batch is in flight per table: a call waits (on the host) until the previous one is settled.
+// (An earlier design held the caller's stream with a gate kernel while the host ran the slow
+// path; allocations and registrations the slow path makes synchronize the device, so that
+// deadlocked.)
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
-#include <map>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engines/common/move_record.h"
@@ -19,12 +39,14 @@
 #include "engines/engine.h"
 #include "engines/gpu/cuda_util.h"
 #include "engines/gpu/kernels.cuh"
+#include "engines/gpu/pool_mapping.h"
 #include "gphash/config.h"
+#include "gphash/gpu/table_ref.cuh"
 #include "pool/pool.h"
 
 namespace gphash::engine::gpu {
 
-inline constexpr size_t kMaxChunk = size_t{1} << 24;  // operations per launch sequence
+inline constexpr size_t kMaxChunk = size_t{1} << 24;  // operations per launch sequence (32-bit plan indices)
 inline constexpr uint64_t kSerialLimit = 256;         // runs the one-warp displacement path takes on
 inline constexpr int kBlock = 256;
 
@@ -34,13 +56,38 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The completion of one batch or device session.
+class GpuCompletion final : public Completion {
+ public:
+  GpuCompletion() : done_(false) {}
+  void wait() override {
+    GPHASH_CUDA(cudaEventSynchronize(done_));
+    std::lock_guard lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool ready() override { return cudaEventQuery(done_) == cudaSuccess; }
+  void* cuda_event() override { return done_.get(); }
+  cudaEvent_t event() const { return done_; }
+  void fail(std::exception_ptr e) {
+    std::lock_guard lock(mutex_);
+    error_ = e;
+  }
+
+ private:
+  Event done_;
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
 template <class ShapeT, int KeyWidth>
 class GpuEngine final : public Engine {
   using T = DeviceTable<ShapeT, KeyWidth>;
+  using Ref = gphash::gpu::TableRef<ShapeT, KeyWidth>;
 
  public:
   GpuEngine(pool::Pool& pool, const OpenOptions& options)
-      : pool_(pool), meta_(pool), options_(options), gpu_memory_(options.placement == Placement::kGpuMemory) {
+      : pool_(pool), meta_(pool), options_(options), gpu_memory_(options.placement == Placement::kGpuMemory),
+        mapping_(pool), counters_(1), scan_(1) {
     const auto t0 = std::chrono::steady_clock::now();
     if (pool.kind() == pool::PoolKind::kFile)
       throw Error(ErrorCode::kNotMappable,
@@ -48,23 +95,7 @@ class GpuEngine final : public Engine {
                       ": it is a file on a regular file system, whose shared mappings cudaHostRegister refuses. "
                       "Keep GPU pools in /dev/shm (a bare name), on hugetlbfs or device-DAX, or open this one "
                       "with the CPU engine");
-    GPHASH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    GPHASH_CUDA(cudaMalloc(&counters_, sizeof(BatchCounters)));
-    GPHASH_CUDA(cudaMemsetAsync(counters_, 0, sizeof(BatchCounters), stream_));
-    GPHASH_CUDA(cudaMallocHost(&host_counters_, sizeof(BatchCounters)));
-    GPHASH_CUDA(cudaMalloc(&scan_, sizeof(ScanCounters)));
-    GPHASH_CUDA(cudaMallocHost(&host_scan_, sizeof(ScanCounters)));
-    for (cudaEvent_t* e : {&start_, &planned_, &ran_, &stop_}) GPHASH_CUDA(cudaEventCreate(e));
-    if (const char* crash = std::getenv("GPHASH_GPU_CRASH_AFTER")) {  // crash-injection tests
-      const unsigned long long after = std::strtoull(crash, nullptr, 10);
-      GPHASH_CUDA(cudaMemcpyAsync(&counters_->crash_after, &after, sizeof after, cudaMemcpyHostToDevice, stream_));
-    }
-
     const format::PoolHeader& h = meta_.header();
-    if (format::has_value_checksums(h))
-      throw Error(ErrorCode::kUnsupportedFeature,
-                  "pool " + pool.path() + " has value checksums, which the GPU engine does not verify yet; open it "
-                  "with the CPU engine");
     const bool dirty = h.clean_shutdown == 0;
     if (dirty && pool.read_only())
       throw Error(ErrorCode::kNeedsRecovery,
@@ -74,11 +105,20 @@ class GpuEngine final : public Engine {
     dt_.bottom = h.gphash.bottom_level;
     dt_.value_width = h.gphash.value_width;
     dt_.has_heap = meta_.has_heap();
-    dt_.persistent = true;
+    dt_.value_checksums = format::has_value_checksums(h);
     dt_.family_bytes = T::family_bytes_for();
-    dt_.counters = counters_;
     dt_.heap.geometry = format::heap_geometry(h);
     dt_.heap.cell_size = h.gphash.cell_size;
+    dt_.writes.persistent = true;
+    dt_.writes.pool_base = reinterpret_cast<uintptr_t>(pool.base());
+#if GPHASH_CRASH_POINTS
+    countdown_.resize(1);
+    CrashCountdown c{0, 0};
+    if (const char* at = std::getenv("GPHASH_GPU_CRASH_AFTER")) c.trap_at = std::strtoull(at, nullptr, 10);
+    GPHASH_CUDA(cudaMemcpy(countdown_.get(), &c, sizeof c, cudaMemcpyHostToDevice));
+    dt_.writes.countdown = countdown_.get();
+#endif
+    ctx_.counters = counters_.get();
     attach_pool();
     stats_.open_map_seconds = seconds_since(t0);
 
@@ -87,13 +127,16 @@ class GpuEngine final : public Engine {
       recover();
       stats_.recovery_seconds = seconds_since(r0);
     }
-    if (!pool.read_only()) meta_.mark_open_dirty();
+    // GPU memory is taken before the pool is marked open: a GPU that has too little of it refuses
+    // the open (kNoSpace) and leaves a clean pool clean.
     if (gpu_memory_) move_table_to_gpu();
     const auto c0 = std::chrono::steady_clock::now();
     rebuild_mirror_and_counts(/*count=*/true);
     if (dirty) stats_.recovery_seconds += seconds_since(c0);  // the recount and heap rebuild belong to recovery
+    if (!pool.read_only()) meta_.mark_open_dirty();
     stats_.recovered = dirty;
     stats_.open_seconds = seconds_since(t0);
+    worker_ = std::thread([this] { complete_jobs(); });
   }
 
   ~GpuEngine() override {
@@ -102,18 +145,101 @@ class GpuEngine final : public Engine {
     } catch (...) {
       // A destructor cannot report; the pool stays marked dirty and the next open recovers it.
     }
-    cudaStreamSynchronize(stream_);
-    for (auto& [offset, ext] : registered_) cudaHostUnregister(pool_.base() + offset);
-    cudaFree(counters_);
-    cudaFreeHost(host_counters_);
-    cudaFree(scan_);
-    cudaFreeHost(host_scan_);
-    for (cudaEvent_t e : {start_, planned_, ran_, stop_}) cudaEventDestroy(e);
-    cudaStreamDestroy(stream_);
+    stop_worker();
+  }
+
+  std::string name() const override {
+    std::string n = gpu_memory_ ? "gpu-memory" : "gpu-mapped";
+    if (options_.gpu_kernels == GpuKernels::kWarpDirect) n += "/warp-direct";
+    if (options_.gpu_kernels == GpuKernels::kThread) n += "/thread";
+    return n;
+  }
+  uint64_t item_count() const override {
+    std::lock_guard lock(mutex_);
+    wait_settled(/*rethrow=*/false);
+    return items_;
+  }
+  EngineStats stats() const override {
+    std::lock_guard lock(mutex_);
+    wait_settled(/*rethrow=*/false);
+    EngineStats s = stats_;
+    s.slots = slot_capacity();
+    s.bottom_level = dt_.bottom;
+    return s;
+  }
+
+  void execute(const Batch& batch) override {
+    std::lock_guard lock(mutex_);
+    wait_settled();
+    if (session_open_)
+      throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
+    for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
+      execute_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset));
+  }
+
+  std::shared_ptr<Completion> execute_async(const Batch& batch, void* stream) override {
+    std::lock_guard lock(mutex_);
+    if (session_open_)
+      throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
+    std::shared_ptr<Completion> done;
+    for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
+      done = enqueue_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset), static_cast<cudaStream_t>(stream));
+    return done;
+  }
+
+  DeviceSession begin_device_session(uint64_t max_new_items, void* stream) override {
+    std::lock_guard lock(mutex_);
+    wait_settled();
+    if (session_open_) throw Error(ErrorCode::kInvalidArgument, "a device session is already open on this table");
+    if (pool_.read_only() && max_new_items)
+      throw Error(ErrorCode::kReadOnly, "pool " + pool_.path() + " is open read-only: a session can only search");
+    if (options_.gpu_kernels != GpuKernels::kWarp)
+      throw Error(ErrorCode::kInvalidArgument, "device sessions need the warp kernels with the tag mirror (GpuKernels::kWarp)");
+    // Cells for the session's new values, up front: a session cannot grow the heap.
+    reserve_cells(max_new_items);
+    const uint64_t families = format::level_buckets(dt_.bottom);
+    key_locks_.reserve((families + 31) / 32);
+    GPHASH_CUDA(cudaMemsetAsync(key_locks_.get(), 0, (families + 31) / 32 * 4, slow_stream_));
+    prepare_batch(std::max<uint64_t>(max_new_items, 1 << 16), slow_stream_);
+    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
+    const auto user = static_cast<cudaStream_t>(stream);
+    if (last_done_) GPHASH_CUDA(cudaStreamWaitEvent(user, last_done_->event(), 0));
+    Ref ref{dt_, ctx_, key_locks_.get()};
+    DeviceSession s{ShapeT::value(), KeyWidth, std::vector<std::byte>(sizeof ref)};
+    std::memcpy(s.ref.data(), &ref, sizeof ref);
+    session_open_ = true;
+    return s;
+  }
+
+  std::shared_ptr<Completion> end_device_session(void* stream) override {
+    std::lock_guard lock(mutex_);
+    if (!session_open_) throw Error(ErrorCode::kInvalidArgument, "no device session is open on this table");
+    session_open_ = false;
+    return hand_over(static_cast<cudaStream_t>(stream));
+  }
+
+  void save() override {
+    std::lock_guard lock(mutex_);
+    wait_settled();
+    save_locked();
+  }
+
+  void abandon() override {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+  }
+  void close() override {
+    std::lock_guard lock(mutex_);
+    if (closed_ || pool_.read_only()) return;
+    wait_settled();  // throws if a batch failed: the pool then stays dirty for the next open
+    save_locked();
+    meta_.mark_clean(items_);
+    closed_ = true;
   }
 
   size_t export_items(uint64_t& position, const ExportChunk& chunk, uint64_t& damaged) override {
-    std::lock_guard lock(execute_mutex_);
+    std::lock_guard lock(mutex_);
+    wait_settled();
     const uint64_t total = slot_capacity();
     if (position >= total) {
       position = ~uint64_t{0};
@@ -131,61 +257,637 @@ class GpuEngine final : public Engine {
       }
     }
     reset_scan();
-    export_kernel<<<blocks_for(window), kBlock, 0, stream_>>>(dt_, position, window, keys, values, scan_);
+    export_kernel<<<blocks_for(window), kBlock, 0, slow_stream_>>>(dt_, position, window, keys, values, scan_.get());
     GPHASH_CUDA(cudaGetLastError());
     read_scan();
-    const uint64_t n = host_scan_->items;
+    const uint64_t n = host_scan_.get()->items;
+    damaged += host_scan_.get()->found;
     if (chunk.memory == MemorySpace::kHost && n) {
       GPHASH_CUDA(cudaMemcpy(chunk.keys, keys, n * KeyWidth, cudaMemcpyDeviceToHost));
       if (values) GPHASH_CUDA(cudaMemcpy(chunk.values, values, n * dt_.value_width, cudaMemcpyDeviceToHost));
     }
     position += window;
     if (position >= total) position = ~uint64_t{0};
-    (void)damaged;  // value checksums are refused at open until the GPU engine verifies them
     return n;
   }
 
   std::vector<uint64_t> level_items() override {
-    std::lock_guard lock(execute_mutex_);
+    std::lock_guard lock(mutex_);
+    wait_settled();
     std::vector<uint64_t> counts;
     for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) {
       reset_scan();
-      scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, stream_>>>(dt_, l, false, false,
-                                                                                             nullptr, scan_);
+      scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, slow_stream_>>>(dt_, l, false, false,
+                                                                                                  nullptr, scan_.get());
       GPHASH_CUDA(cudaGetLastError());
       read_scan();
-      counts.push_back(host_scan_->items);
+      counts.push_back(host_scan_.get()->items);
     }
     return counts;
   }
 
-  std::string name() const override {
-    std::string n = gpu_memory_ ? "gpu-memory" : "gpu-mapped";
-    if (options_.gpu_kernels == GpuKernels::kWarpDirect) n += "/warp-direct";
-    if (options_.gpu_kernels == GpuKernels::kThread) n += "/thread";
-    return n;
-  }
-  uint64_t item_count() const override { return items_; }
-  EngineStats stats() const override {
-    EngineStats s = stats_;
-    s.slots = slot_capacity();
-    s.bottom_level = dt_.bottom;
-    return s;
+ private:
+  // ---- open ---------------------------------------------------------------------------------
+
+  void attach_pool() {
+    const format::PoolHeader& h = meta_.header();
+    std::byte* prefix = mapping_.map(0, format::kReservedPrefixBytes);
+    dt_.maintenance = reinterpret_cast<uint64_t*>(prefix + format::kMaintenanceOffset);
+    for (uint32_t l = h.gphash.bottom_level; l <= meta_.highest_level(); ++l)
+      dt_.level[l] = mapping_.map(h.gphash.level_offset[l], format::level_bytes(h, l));
+    heap_chunks_ = h.gphash.heap_chunk_count;
+    for (uint32_t c = 0; c < heap_chunks_; ++c)
+      dt_.heap.chunk[c] = mapping_.map(h.gphash.heap_chunk_offset[c], dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size);
+    dt_.heap.capacity = meta_.heap_cells();
   }
 
-  void execute(const Batch& batch) override {
-    // Batches share this engine's stream and staging buffers, so even searching batches (which
-    // the facade lets overlap) run one at a time here.
-    std::lock_guard lock(execute_mutex_);
-    for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
-      execute_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset));
+  // The pool was not shut down cleanly: finish or undo an interrupted move, clear slots left
+  // INSERTING, finish an interrupted resize. All in the pool, before anything else reads it.
+  void recover() {
+    resolve_move_record(meta_);
+    for (uint32_t l = dt_.bottom; l <= meta_.highest_level(); ++l)
+      scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, slow_stream_>>>(dt_, l, true, false,
+                                                                                                  nullptr, scan_.get());
+    GPHASH_CUDA(cudaGetLastError());
+    if (meta_.header().gphash.resize_state == format::kResizeRehashing) rehash_and_finish(nullptr);
+    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
   }
 
-  void save() override {
+  void move_table_to_gpu() {
+    const format::PoolHeader& h = meta_.header();
+    for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) {
+      const uint64_t bytes = format::level_bytes(h, l);
+      device_levels_[l].resize(bytes);
+      GPHASH_CUDA(cudaMemcpy(device_levels_[l].get(), pool_.base() + h.gphash.level_offset[l], bytes, cudaMemcpyHostToDevice));
+      mapping_.unmap(h.gphash.level_offset[l]);
+      dt_.level[l] = device_levels_[l].get();
+    }
+    for (uint32_t c = 0; c < heap_chunks_; ++c) {
+      const uint64_t bytes = dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size;
+      device_chunks_[c].resize(bytes);
+      GPHASH_CUDA(cudaMemcpy(device_chunks_[c].get(), pool_.base() + h.gphash.heap_chunk_offset[c], bytes, cudaMemcpyHostToDevice));
+      mapping_.unmap(h.gphash.heap_chunk_offset[c]);
+      dt_.heap.chunk[c] = device_chunks_[c].get();
+    }
+    dt_.writes.persistent = false;
+    dt_.writes.dirty_pages = nullptr;
+    dt_.maintenance = nullptr;  // nothing of the pool changes until save()
+  }
+
+  // One pass over the table: the tag mirror (if used), the item count and the heap's free cells.
+  void rebuild_mirror_and_counts(bool count) {
+    const bool mirror = options_.gpu_kernels == GpuKernels::kWarp;
+    if (mirror) {
+      const uint64_t bytes = format::level_buckets(dt_.bottom) * dt_.family_bytes;
+      tags_.reserve(bytes);
+      GPHASH_CUDA(cudaMemsetAsync(tags_.get(), 0, bytes, slow_stream_));
+      dt_.tags = tags_.get();
+    } else {
+      dt_.tags = nullptr;
+    }
+    if (!mirror && !count) return;
+    DeviceBuffer<uint32_t> bits;
+    if (count && dt_.has_heap) {
+      bits.resize((dt_.heap.capacity + 31) / 32);
+      GPHASH_CUDA(cudaMemsetAsync(bits.get(), 0, bits.size() * 4, slow_stream_));
+    }
+    reset_scan();
+    for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l)
+      scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, slow_stream_>>>(dt_, l, false, mirror,
+                                                                                                  bits.get(), scan_.get());
+    GPHASH_CUDA(cudaGetLastError());
+    read_scan();
+    if (!count) return;
+    if (host_scan_.get()->corrupt)
+      throw Error(ErrorCode::kCorruptTable,
+                  std::to_string(host_scan_.get()->corrupt) +
+                      " slots reference value cells outside the heap or shared with another slot: `gphash check` "
+                      "locates them and `gphash repair` drops them");
+    items_ = host_scan_.get()->items;
+    if (!dt_.has_heap) return;
+    const uint64_t highest = host_scan_.get()->highest_cell;
+    free_cells_.reserve(highest + 1024);
+    if (highest)
+      collect_free_cells_kernel<<<blocks_for(highest), kBlock, 0, slow_stream_>>>(bits.get(), highest, free_cells_.get(),
+                                                                                 &scan_.get()->found);
+    GPHASH_CUDA(cudaGetLastError());
+    read_scan();
+    free_count_ = host_scan_.get()->found;
+    fresh_next_ = highest;
+  }
+
+  void reset_scan() { GPHASH_CUDA(cudaMemsetAsync(scan_.get(), 0, sizeof(ScanCounters), slow_stream_)); }
+  void read_scan() {
+    GPHASH_CUDA(cudaMemcpyAsync(host_scan_.get(), scan_.get(), sizeof(ScanCounters), cudaMemcpyDeviceToHost, slow_stream_));
+    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
+  }
+
+  // ---- batches ------------------------------------------------------------------------------
+
+  template <class U>
+  static const U* offset_ptr(const void* base, size_t bytes) {
+    return reinterpret_cast<const U*>(static_cast<const std::byte*>(base) + bytes);
+  }
+
+  // A chunk's view: the caller's arrays (GPU memory) or staged copies of them (host memory,
+  // copied on `stream`).
+  BatchView stage(const Batch& b, size_t offset, size_t n, bool search_only, cudaStream_t stream) {
+    const uint32_t vw = dt_.value_width;
+    BatchView bv{};
+    bv.n = n;
+    bv.uniform_op = static_cast<uint8_t>(b.op);
+    bv.value_width = vw;
+    if (b.memory == MemorySpace::kDevice) {  // never read by the host; ops checked on the device
+      bv.keys = offset_ptr<uint64_t>(b.keys, offset * KeyWidth);
+      bv.ops = b.ops ? reinterpret_cast<const uint8_t*>(b.ops + offset) : nullptr;
+      bv.values = b.values ? offset_ptr<std::byte>(b.values, offset * vw) : nullptr;
+      bv.values_out = b.values_out ? static_cast<std::byte*>(b.values_out) + offset * vw : nullptr;
+      bv.status = reinterpret_cast<uint8_t*>(b.status + offset);
+    } else {
+      keys_.reserve(n * T::kKeyWords);
+      GPHASH_CUDA(cudaMemcpyAsync(keys_.get(), offset_ptr<std::byte>(b.keys, offset * KeyWidth), n * KeyWidth,
+                                  cudaMemcpyHostToDevice, stream));
+      bv.keys = keys_.get();
+      if (b.ops) {
+        ops_.reserve(n);
+        GPHASH_CUDA(cudaMemcpyAsync(ops_.get(), b.ops + offset, n, cudaMemcpyHostToDevice, stream));
+        bv.ops = ops_.get();
+      }
+      if (b.values && !search_only) {
+        values_.reserve(n * vw);
+        GPHASH_CUDA(cudaMemcpyAsync(values_.get(), offset_ptr<std::byte>(b.values, offset * vw), n * vw,
+                                    cudaMemcpyHostToDevice, stream));
+        bv.values = values_.get();
+      }
+      if (b.values_out) {
+        out_.reserve(n * vw);
+        bv.values_out = out_.get();
+      }
+      status_.reserve(n);
+      bv.status = status_.get();
+    }
+    pending_[0].reserve(n);
+    pending_[1].reserve(n);
+    bv.pending = pending_[0].get();
+    return bv;
+  }
+
+  static bool is_search_only(const Batch& b, size_t offset, size_t n) {
+    if (!b.ops) return b.op == Op::kSearch;
+    if (b.memory == MemorySpace::kDevice) return false;  // unknown: the host does not read them
+    return std::all_of(b.ops + offset, b.ops + offset + n, [](Op op) { return op == Op::kSearch; });
+  }
+
+  // Plan and the parallel pass, on `stream`, with the start / planned / ran events around them.
+  void launch_parallel_pass(BatchView& bv, bool search_only, cudaStream_t stream) {
+    GPHASH_CUDA(cudaEventRecord(start_, stream));
+    // Writing batches are always planned (per-key order). Searching batches too when the table is
+    // host-mapped: there combining a Zipf-hot key's reads into one PCIe access is worth the sort;
+    // in GPU memory the sort would cost more than it saves.
+    if (!search_only || !gpu_memory_) plan(bv, stream);
+    GPHASH_CUDA(cudaEventRecord(planned_, stream));
+    launch_batch(bv, stream);
+    GPHASH_CUDA(cudaEventRecord(ran_, stream));
+  }
+
+  double elapsed(cudaEvent_t a, cudaEvent_t b) {
+    float ms = 0;
+    GPHASH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    return ms / 1e3;
+  }
+
+  // execute: the host drives the slow path between the parallel pass and the copy-out.
+  void execute_chunk(const Batch& b, size_t offset, size_t n) {
+    const cudaStream_t stream = batch_stream_;
+    const bool search_only = is_search_only(b, offset, n);
+    BatchView bv = stage(b, offset, n, search_only, stream);
+    prepare_batch(n, stream);
+    launch_parallel_pass(bv, search_only, stream);
+    read_counters(stream);
+    const auto slow0 = std::chrono::steady_clock::now();
+    if (host_counters_.get()->pending) slow_path(bv, stream);
+    if (b.memory != MemorySpace::kDevice) {
+      GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream));
+      if (b.values_out)
+        GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, bv.values_out,
+                                    n * dt_.value_width, cudaMemcpyDeviceToHost, stream));
+    }
+    read_counters(stream);  // also waits for the outputs: the batch is acknowledged after this
+    stats_.last_plan_seconds = elapsed(start_, planned_);
+    stats_.last_kernel_seconds = elapsed(planned_, ran_);
+    stats_.last_slow_seconds = seconds_since(slow0);
+    stats_.last_batch_device_seconds = stats_.last_plan_seconds + stats_.last_kernel_seconds + stats_.last_slow_seconds;
+    items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_.get()->item_delta);
+    if (dt_.has_heap) {
+      settle_heap(stream);
+      GPHASH_CUDA(cudaStreamSynchronize(stream));
+    }
+  }
+
+  // execute_async: everything in stream order on the caller's stream; the host only grows the
+  // table beforehand and settles afterwards.
+  std::shared_ptr<Completion> enqueue_chunk(const Batch& b, size_t offset, size_t n, cudaStream_t stream) {
+    wait_settled();
+    const bool search_only = is_search_only(b, offset, n);
+    if (!search_only && !pool_.read_only()) {
+      reserve_cells(n);
+      // A batch of n operations adds at most n items: grow now so that its inserts find room
+      // (displacement in the stream handles the few that find their candidates full).
+      while (options_.auto_resize && static_cast<double>(items_ + n) > options_.max_load_factor * static_cast<double>(slot_capacity())) {
+        bool exhausted = false;
+        try_grow(&GpuEngine::resize, &exhausted);
+        if (exhausted) break;
+      }
+    }
+    BatchView bv = stage(b, offset, n, search_only, stream);
+    prepare_batch(n, stream);
+    launch_parallel_pass(bv, search_only, stream);
+    SlowPathFlags flags;
+    flags.allow_displacement = options_.max_load_factor > 0;
+    flags.table_exhausted = true;  // no host in the stream: what displacement cannot place fails
+    flags.heap_exhausted = true;
+    if (options_.gpu_kernels == GpuKernels::kWarp)
+      slow_path_kernel<Access::kMirror><<<1, 32, 0, stream>>>(dt_, ctx_, bv, bv.pending, 0, kPendingCount, flags);
+    else
+      slow_path_kernel<Access::kDirect><<<1, 32, 0, stream>>>(dt_, ctx_, bv, bv.pending, 0, kPendingCount, flags);
+    GPHASH_CUDA(cudaGetLastError());
+    return hand_over(stream);
+  }
+
+  // The end of an asynchronous batch or a device session on the caller's stream: the counters'
+  // read-back and the completion event; the completion thread settles the rest.
+  std::shared_ptr<Completion> hand_over(cudaStream_t stream) {
+    auto done = std::make_shared<GpuCompletion>();
+    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
+    GPHASH_CUDA(cudaEventRecord(done->event(), stream));
+    last_done_ = done;
+    {
+      std::lock_guard lock(jobs_mutex_);
+      job_ = done;
+      busy_ = true;
+    }
+    jobs_cv_.notify_all();
+    return done;
+  }
+
+  // The completion thread: once a batch is done, adds its item delta and returns its freed cells
+  // to the free stack. (It makes no allocation: those happen before a batch is enqueued.)
+  void complete_jobs() {
+    for (;;) {
+      std::shared_ptr<GpuCompletion> job;
+      {
+        std::unique_lock lock(jobs_mutex_);
+        jobs_cv_.wait(lock, [&] { return stopping_ || job_ != nullptr; });
+        if (!job_) return;
+        job = job_;
+      }
+      std::exception_ptr error;
+      try {
+        GPHASH_CUDA(cudaEventSynchronize(job->event()));
+        stats_.displacements += host_counters_.get()->moves;
+        items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_.get()->item_delta);
+        if (dt_.has_heap) {
+          settle_heap(slow_stream_);
+          GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
+        }
+      } catch (...) {
+        error = std::current_exception();
+        job->fail(error);
+      }
+      {
+        std::lock_guard lock(jobs_mutex_);
+        job_.reset();
+        busy_ = false;
+        if (error && !failure_) failure_ = error;
+      }
+      jobs_cv_.notify_all();
+    }
+  }
+
+  // Waits (on the host) until no asynchronous batch is in flight. Rethrows a failure: the table is
+  // then unusable (its pool stays dirty; the next open recovers it).
+  void wait_settled(bool rethrow = true) const {
+    std::unique_lock lock(jobs_mutex_);
+    jobs_cv_.wait(lock, [&] { return !busy_; });
+    if (rethrow && failure_) {
+      try {
+        std::rethrow_exception(failure_);
+      } catch (const std::exception& e) {
+        throw Error(ErrorCode::kTableFailed,
+                    std::string("an earlier batch failed (") + e.what() +
+                        "): this table cannot be used any more; reopen the pool, whose recovery restores a "
+                        "consistent state with every acknowledged write");
+      }
+    }
+  }
+
+  void stop_worker() {
+    {
+      std::lock_guard lock(jobs_mutex_);
+      stopping_ = true;
+    }
+    jobs_cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  // Free cells (stack and never-used) for `n` new values: grows the heap first if there are fewer.
+  void reserve_cells(uint64_t n) {
+    while (dt_.has_heap && free_count_ + (dt_.heap.capacity - std::min(fresh_next_, dt_.heap.capacity)) < n) {
+      bool exhausted = false;
+      try_grow(&GpuEngine::grow_heap, &exhausted);
+      if (exhausted) break;
+    }
+  }
+
+  // The batch's context: counters reset and the heap's free cells for up to `n` new values.
+  void prepare_batch(uint64_t n, cudaStream_t stream) {
+    if (dt_.has_heap) {
+      const uint64_t freed_capacity = 2 * n + 1024;
+      freed_.reserve(freed_capacity);
+      ensure_free_stack(free_count_ + freed_capacity, stream);
+      ctx_.free_cells = free_cells_.get();
+      ctx_.free_count = free_count_;
+      ctx_.freed = freed_.get();
+      ctx_.freed_capacity = freed_capacity;
+    }
+    BatchCounters* c = counters_init_.get();
+    *c = BatchCounters{};
+    c->fresh_next = fresh_next_;
+    GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), c, sizeof(BatchCounters), cudaMemcpyHostToDevice, stream));
+  }
+
+  void read_counters(cudaStream_t stream) {
+    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
+    GPHASH_CUDA(cudaStreamSynchronize(stream));
+  }
+
+  // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
+  // order (the radix sort is stable), and each run goes to one warp.
+  void plan(BatchView& bv, cudaStream_t stream) {
+    const size_t n = bv.n;
+    prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
+    plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get());
+    GPHASH_CUDA(cudaGetLastError());
+    size_t temp = 0;
+    GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
+                                                index_out_.get(), static_cast<int>(n), 0, 32, stream));
+    sort_temp_.reserve(temp);
+    GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
+                                                index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, stream));
+    bv.sort_keys = prefix_out_.get();
+    bv.perm = index_out_.get();
+  }
+
+  void launch_batch(const BatchView& bv, cudaStream_t stream) {
+    switch (options_.gpu_kernels) {
+      case GpuKernels::kWarp:
+        batch_kernel<Access::kMirror><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        break;
+      case GpuKernels::kWarpDirect:
+        batch_kernel<Access::kDirect><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        break;
+      case GpuKernels::kThread:
+        thread_batch_kernel<<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        break;
+    }
+    GPHASH_CUDA(cudaGetLastError());
+  }
+
+  // Finishes the runs the parallel pass handed over, on the engine's own stream. Few runs without
+  // a free slot at a moderate load: one warp, alone, moves items aside for them (displacement).
+  // Otherwise the table or heap grows and the runs go through a parallel pass again. When the
+  // pool cannot grow, runs fail with kTableFull / kHeapFull one operation at a time.
+  void slow_path(BatchView& bv, cudaStream_t stream) {
+    SlowPathFlags flags;
+    int current = 0;  // pending_[current] holds the entries to finish
+    uint64_t count = host_counters_.get()->pending;
+    uint64_t need_slot = host_counters_.get()->pending_slot, need_cell = host_counters_.get()->pending_cell;
+    while (count) {
+      bool grew = false;
+      // Cells freed earlier in this batch are safe to reuse now: the parallel pass is over and no
+      // pending run has freed anything. Only if there are none does the heap grow.
+      if (need_cell && !flags.heap_exhausted)
+        grew |= reclaim_freed_cells(stream) || try_grow(&GpuEngine::grow_heap, &flags.heap_exhausted);
+      const double load =
+          static_cast<double>(items_ + host_counters_.get()->item_delta) / static_cast<double>(slot_capacity());
+      // Without resizing, displacement is the only way: it takes any number of runs then.
+      const bool displace = need_slot && !flags.table_exhausted &&
+                            (!options_.auto_resize || (need_slot <= kSerialLimit && load < options_.max_load_factor));
+      if (need_slot && !displace && !flags.table_exhausted) {
+        if (options_.auto_resize)
+          grew |= try_grow(&GpuEngine::resize, &flags.table_exhausted);
+        else
+          flags.table_exhausted = true;
+      }
+      if (displace) {
+        // One warp, in order; it stops at a run it cannot serve and says why.
+        flags.allow_displacement = true;
+        launch_slow(bv, pending_[current].get(), 0, count, flags, stream);
+        flags.allow_displacement = false;
+        const auto result = static_cast<RunResult>(host_counters_.get()->slow_result);
+        if (result == RunResult::kDone) break;
+        // Keep the unfinished entries [stopped_at, count) and let the loop grow what they need.
+        const uint64_t first = host_counters_.get()->stopped_at;
+        std::vector<uint32_t> rest(count - first);
+        GPHASH_CUDA(cudaMemcpy(rest.data(), pending_[current].get() + first, rest.size() * 4, cudaMemcpyDeviceToHost));
+        GPHASH_CUDA(cudaMemcpy(pending_[current].get(), rest.data(), rest.size() * 4, cudaMemcpyHostToDevice));
+        count = rest.size();
+        need_slot = result == RunResult::kNeedSlot ? count : 0;
+        need_cell = result == RunResult::kNeedCell ? count : 0;
+        if (need_slot) {  // displacement found nothing to move: grow instead
+          if (!options_.auto_resize) flags.table_exhausted = true;
+          else try_grow(&GpuEngine::resize, &flags.table_exhausted);
+          need_slot = 0;
+          need_cell = 0;
+        }
+        grew = true;
+      }
+      if (!grew && !flags.table_exhausted && !flags.heap_exhausted) break;  // cannot happen; avoids a spin
+      // Again in parallel; what still fails is collected in the other buffer.
+      const int next = 1 - current;
+      bv.pending = pending_[next].get();
+      GPHASH_CUDA(cudaMemsetAsync(&counters_.get()->pending, 0, 3 * sizeof(unsigned long long), stream));
+      launch_rerun(bv, pending_[current].get(), count, flags, stream);
+      read_counters(stream);
+      current = next;
+      count = host_counters_.get()->pending;
+      need_slot = host_counters_.get()->pending_slot;
+      need_cell = host_counters_.get()->pending_cell;
+    }
+    stats_.displacements += host_counters_.get()->moves;
+  }
+
+  // Runs a growth step; a pool (or GPU memory) that cannot grow sets `exhausted` instead of
+  // failing the batch.
+  bool try_grow(void (GpuEngine::*grow)(), bool* exhausted) {
+    try {
+      (this->*grow)();
+      return true;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kNoSpace) throw;
+      *exhausted = true;
+      return false;
+    }
+  }
+
+  void launch_slow(const BatchView& bv, uint32_t* entries, uint64_t first, uint64_t count, const SlowPathFlags& flags,
+                   cudaStream_t stream) {
+    if (options_.gpu_kernels == GpuKernels::kWarp)
+      slow_path_kernel<Access::kMirror><<<1, 32, 0, stream>>>(dt_, ctx_, bv, entries, first, count, flags);
+    else
+      slow_path_kernel<Access::kDirect><<<1, 32, 0, stream>>>(dt_, ctx_, bv, entries, first, count, flags);
+    GPHASH_CUDA(cudaGetLastError());
+    read_counters(stream);
+  }
+
+  void launch_rerun(const BatchView& bv, const uint32_t* entries, uint64_t count, const SlowPathFlags& flags,
+                    cudaStream_t stream) {
+    if (options_.gpu_kernels == GpuKernels::kWarp)
+      rerun_kernel<Access::kMirror><<<blocks_for(count), kBlock, 0, stream>>>(dt_, ctx_, bv, entries, count, flags);
+    else
+      rerun_kernel<Access::kDirect><<<blocks_for(count), kBlock, 0, stream>>>(dt_, ctx_, bv, entries, count, flags);
+    GPHASH_CUDA(cudaGetLastError());
+  }
+
+  uint64_t slot_capacity() const {
+    uint64_t buckets = 0;
+    for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) buckets += format::level_buckets(l);
+    return buckets * T::S;
+  }
+
+  // ---- resize and heap growth ---------------------------------------------------------------
+
+  void resize() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint32_t new_top = dt_.bottom + T::L;
+    if (new_top > format::kMaxLevel)
+      throw Error(ErrorCode::kNoSpace, "table cannot grow past level " + std::to_string(format::kMaxLevel));
+    const bool mirror = options_.gpu_kernels == GpuKernels::kWarp;
+    // GPU memory first (the new mirror, or the new level in GPU memory): if it is full, nothing of
+    // the pool has changed yet and the inserts fail with kTableFull.
+    DeviceBuffer<uint8_t> upper_tags;
+    if (mirror) upper_tags.resize(format::level_buckets(dt_.bottom + 1) * dt_.family_bytes);
+    if (gpu_memory_) {
+      const uint64_t bytes = format::level_buckets(new_top) * T::Layout::kBytes;
+      DeviceBuffer<std::byte> level(bytes);
+      GPHASH_CUDA(cudaMemsetAsync(level.get(), 0, bytes, slow_stream_));
+      device_levels_[new_top] = std::move(level);
+      dt_.level[new_top] = device_levels_[new_top].get();
+      rehash(dt_.bottom, mirror ? &upper_tags : nullptr);
+      device_levels_[dt_.bottom].release();
+      dt_.level[dt_.bottom] = nullptr;
+      ++dt_.bottom;
+    } else {
+      meta_.begin_resize();
+      dt_.level[new_top] = mapping_.map(meta_.header().gphash.level_offset[new_top], format::level_bytes(meta_.header(), new_top));
+      rehash_and_finish(mirror ? &upper_tags : nullptr);
+    }
+    if (!mirror) rebuild_mirror_and_counts(/*count=*/false);
+    ++stats_.resizes;
+    stats_.last_resize_seconds = seconds_since(t0);
+  }
+
+  // Resize step 2 on the pool (also resumes an interrupted one), then the header's last step.
+  void rehash_and_finish(DeviceBuffer<uint8_t>* upper_tags) {
+    const uint32_t old_bottom = dt_.bottom;
+    const uint32_t new_top = old_bottom + T::L;
+    if (!dt_.level[new_top])
+      dt_.level[new_top] = mapping_.map(meta_.header().gphash.level_offset[new_top], format::level_bytes(meta_.header(), new_top));
+    rehash(old_bottom, upper_tags);
+    mapping_.unmap(meta_.header().gphash.level_offset[old_bottom]);
+    dt_.level[old_bottom] = nullptr;
+    meta_.finish_resize();
+    ++dt_.bottom;
+  }
+
+  // Resize step 2. With a mirror (`upper_tags`, allocated by the caller): it is first built for the
+  // table one level up (the new top level is empty), then items move through it, claims in GPU
+  // memory; the result is also the mirror of the resized table. Without one (other kernel
+  // variants, or recovery before any mirror exists), claims are CAS of the pool's state words.
+  void rehash(uint32_t old_bottom, DeviceBuffer<uint8_t>* upper_tags) {
+    T upper = dt_;
+    upper.bottom = old_bottom + 1;
+    upper.tags = nullptr;
+    reset_scan();
+    const unsigned blocks = blocks_for(format::level_buckets(old_bottom) * T::S);
+    if (upper_tags) {
+      GPHASH_CUDA(cudaMemsetAsync(upper_tags->get(), 0, upper_tags->size(), slow_stream_));
+      upper.tags = upper_tags->get();
+      for (uint32_t l = upper.bottom; l < upper.bottom + T::L - 1; ++l)
+        scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, slow_stream_>>>(upper, l, false, true,
+                                                                                                    nullptr, scan_.get());
+      reset_scan();
+      rehash_mirror_kernel<<<blocks, kBlock, 0, slow_stream_>>>(upper, old_bottom, scan_.get());
+      tags_ = std::move(*upper_tags);
+      dt_.tags = tags_.get();
+    } else {
+      rehash_kernel<<<blocks, kBlock, 0, slow_stream_>>>(upper, old_bottom, scan_.get());
+    }
+    GPHASH_CUDA(cudaGetLastError());
+    read_scan();
+    if (host_scan_.get()->corrupt)
+      throw Error(ErrorCode::kCorruptTable, "resize could not place " + std::to_string(host_scan_.get()->corrupt) +
+                                                " items of level " + std::to_string(old_bottom) +
+                                                "; the pool stays in resize state and reopening it retries");
+  }
+
+  void grow_heap() {
+    if (heap_chunks_ >= format::kMaxHeapChunks) throw Error(ErrorCode::kNoSpace, "the value heap has its maximum size");
+    const uint64_t cells = dt_.heap.geometry.chunk_cells(heap_chunks_);
+    if (gpu_memory_) {
+      device_chunks_[heap_chunks_].resize(cells * dt_.heap.cell_size);  // kNoSpace when GPU memory is full
+      dt_.heap.chunk[heap_chunks_] = device_chunks_[heap_chunks_].get();
+    } else {
+      meta_.grow_heap();
+      dt_.heap.chunk[heap_chunks_] =
+          mapping_.map(meta_.header().gphash.heap_chunk_offset[heap_chunks_], cells * dt_.heap.cell_size);
+    }
+    ++heap_chunks_;
+    dt_.heap.capacity += cells;
+    ++stats_.heap_grows;
+  }
+
+  void ensure_free_stack(uint64_t capacity, cudaStream_t stream) {
+    if (capacity <= free_cells_.size()) return;
+    DeviceBuffer<uint64_t> bigger(std::max<uint64_t>(capacity, 2 * free_cells_.size()));
+    if (free_count_)
+      GPHASH_CUDA(cudaMemcpyAsync(bigger.get(), free_cells_.get(), free_count_ * 8, cudaMemcpyDeviceToDevice, stream));
+    GPHASH_CUDA(cudaStreamSynchronize(stream));  // the old stack is freed on return
+    free_cells_ = std::move(bigger);
+  }
+
+  // In the slow path: the cells this batch freed join the free stack at once. True if any did.
+  bool reclaim_freed_cells(cudaStream_t stream) {
+    read_counters(stream);
+    if (host_counters_.get()->cells_freed == 0) return false;
+    settle_heap(stream);
+    ensure_free_stack(free_count_ + ctx_.freed_capacity, stream);
+    ctx_.free_cells = free_cells_.get();
+    ctx_.free_count = free_count_;
+    unsigned long long* restart = reinterpret_cast<unsigned long long*>(counters_init_.get());
+    restart[0] = 0, restart[1] = fresh_next_, restart[2] = 0;  // cells_taken, fresh_next, cells_freed
+    GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), restart, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
+    read_counters(stream);
+    return true;
+  }
+
+  // After a batch: cells taken from the stack are gone from its top, freed cells join it.
+  void settle_heap(cudaStream_t stream) {
+    const BatchCounters& c = *host_counters_.get();
+    const uint64_t remaining = free_count_ - std::min<uint64_t>(c.cells_taken, free_count_);
+    const uint64_t freed = std::min<uint64_t>(c.cells_freed, ctx_.freed_capacity);
+    if (freed)
+      append_cells_kernel<<<blocks_for(freed), kBlock, 0, stream>>>(free_cells_.get(), remaining, freed_.get(), freed);
+    GPHASH_CUDA(cudaGetLastError());
+    free_count_ = remaining + freed;
+    fresh_next_ = std::min<uint64_t>(c.fresh_next, dt_.heap.capacity);
+  }
+
+  // GPU-memory placement: writes the table back to the pool, into fresh extents, then one header
+  // write switches to them, so a crash during the save leaves the previous saved state intact.
+  void save_locked() {
     if (!gpu_memory_ || pool_.read_only()) return;
-    GPHASH_CUDA(cudaStreamSynchronize(stream_));
-    // Into fresh extents, then one header write switches to them: a crash during the save
-    // leaves the previous saved state intact.
+    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
     const format::PoolHeader old = meta_.header();
     format::PoolHeader h = old;
     for (uint32_t l = 0; l <= format::kMaxLevel; ++l) h.gphash.level_offset[l] = 0;
@@ -211,520 +913,48 @@ class GpuEngine final : public Engine {
       pool_.release_extent(old.gphash.heap_chunk_offset[c], dt_.heap.geometry.chunk_cells(c) * old.gphash.cell_size);
   }
 
-  void close() override {
-    if (closed_ || pool_.read_only()) return;
-    GPHASH_CUDA(cudaStreamSynchronize(stream_));
-    save();
-    meta_.mark_clean(items_);
-    closed_ = true;
-  }
-
- private:
-  // ---- the GPM layer: pool extents registered with CUDA, used by kernels in place ----------
-
-  std::byte* register_extent(uint64_t offset, uint64_t bytes) {
-    void* host = pool_.base() + offset;
-    unsigned flags = cudaHostRegisterMapped | cudaHostRegisterPortable;
-    if (pool_.read_only()) flags |= cudaHostRegisterReadOnly;
-    const cudaError_t err = cudaHostRegister(host, bytes, flags);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      throw Error(ErrorCode::kNotMappable,
-                  "the GPU cannot map pool " + pool_.path() + " (cudaHostRegister: " + cudaGetErrorString(err) +
-                      "). The GPU maps pools in /dev/shm, hugetlbfs, device-DAX or anonymous memory: move the pool "
-                      "there or use the CPU engine");
-    }
-    void* device = nullptr;
-    GPHASH_CUDA(cudaHostGetDevicePointer(&device, host, 0));
-    registered_[offset] = bytes;
-    return static_cast<std::byte*>(device);
-  }
-  void unregister_extent(uint64_t offset) {
-    if (registered_.erase(offset)) GPHASH_CUDA(cudaHostUnregister(pool_.base() + offset));
-  }
-
-  void attach_pool() {
-    const format::PoolHeader& h = meta_.header();
-    std::byte* prefix = register_extent(0, format::kReservedPrefixBytes);
-    dt_.maintenance = reinterpret_cast<uint64_t*>(prefix + format::kMaintenanceOffset);
-    for (uint32_t l = h.gphash.bottom_level; l <= meta_.highest_level(); ++l)
-      dt_.level[l] = register_extent(h.gphash.level_offset[l], format::level_bytes(h, l));
-    heap_chunks_ = h.gphash.heap_chunk_count;
-    for (uint32_t c = 0; c < heap_chunks_; ++c)
-      dt_.heap.chunk[c] = register_extent(h.gphash.heap_chunk_offset[c], dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size);
-    dt_.heap.capacity = meta_.heap_cells();
-  }
-
-  // ---- open ---------------------------------------------------------------------------------
-
-  // The pool was not shut down cleanly: finish or undo an interrupted move, clear slots left
-  // INSERTING, finish an interrupted resize. All in the pool, before anything else reads it.
-  void recover() {
-    resolve_move_record(meta_);
-    for (uint32_t l = dt_.bottom; l <= meta_.highest_level(); ++l)
-      scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, stream_>>>(dt_, l, true, false, nullptr,
-                                                                                             scan_);
-    GPHASH_CUDA(cudaGetLastError());
-    if (meta_.header().gphash.resize_state == format::kResizeRehashing) rehash_and_finish(/*with_mirror=*/false);
-    GPHASH_CUDA(cudaStreamSynchronize(stream_));
-  }
-
-  void move_table_to_gpu() {
-    const format::PoolHeader& h = meta_.header();
-    for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) {
-      const uint64_t bytes = format::level_bytes(h, l);
-      device_levels_[l].resize(bytes);
-      GPHASH_CUDA(cudaMemcpy(device_levels_[l].get(), pool_.base() + h.gphash.level_offset[l], bytes, cudaMemcpyHostToDevice));
-      unregister_extent(h.gphash.level_offset[l]);
-      dt_.level[l] = device_levels_[l].get();
-    }
-    for (uint32_t c = 0; c < heap_chunks_; ++c) {
-      const uint64_t bytes = dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size;
-      device_chunks_[c].resize(bytes);
-      GPHASH_CUDA(cudaMemcpy(device_chunks_[c].get(), pool_.base() + h.gphash.heap_chunk_offset[c], bytes, cudaMemcpyHostToDevice));
-      unregister_extent(h.gphash.heap_chunk_offset[c]);
-      dt_.heap.chunk[c] = device_chunks_[c].get();
-    }
-    dt_.persistent = false;
-    dt_.maintenance = nullptr;  // nothing of the pool changes until save()
-  }
-
-  // One pass over the table: the tag mirror (if used), the item count and the heap's free cells.
-  void rebuild_mirror_and_counts(bool count) {
-    const bool mirror = options_.gpu_kernels == GpuKernels::kWarp;
-    if (mirror) {
-      const uint64_t bytes = format::level_buckets(dt_.bottom) * dt_.family_bytes;
-      tags_.reserve(bytes);
-      GPHASH_CUDA(cudaMemsetAsync(tags_.get(), 0, bytes, stream_));
-      dt_.tags = tags_.get();
-    } else {
-      dt_.tags = nullptr;
-    }
-    if (!mirror && !count) return;
-    DeviceBuffer<uint32_t> bits;
-    if (count && dt_.has_heap) {
-      bits.resize((dt_.heap.capacity + 31) / 32);
-      GPHASH_CUDA(cudaMemsetAsync(bits.get(), 0, bits.size() * 4, stream_));
-    }
-    reset_scan();
-    for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l)
-      scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, stream_>>>(dt_, l, false, mirror,
-                                                                                             bits.get(), scan_);
-    GPHASH_CUDA(cudaGetLastError());
-    read_scan();
-    if (!count) return;
-    if (host_scan_->corrupt)
-      throw Error(ErrorCode::kCorruptTable,
-                  std::to_string(host_scan_->corrupt) +
-                      " slots reference value cells outside the heap or shared with another slot; run `gphash check`");
-    items_ = host_scan_->items;
-    if (!dt_.has_heap) return;
-    const uint64_t highest = host_scan_->highest_cell;
-    free_cells_.reserve(highest + 1024);
-    if (highest)
-      collect_free_cells_kernel<<<blocks_for(highest), kBlock, 0, stream_>>>(bits.get(), highest, free_cells_.get(),
-                                                                            &scan_->found);
-    GPHASH_CUDA(cudaGetLastError());
-    read_scan();
-    free_count_ = host_scan_->found;
-    fresh_next_ = highest;
-  }
-
-  void reset_scan() { GPHASH_CUDA(cudaMemsetAsync(scan_, 0, sizeof(ScanCounters), stream_)); }
-  void read_scan() {
-    GPHASH_CUDA(cudaMemcpyAsync(host_scan_, scan_, sizeof(ScanCounters), cudaMemcpyDeviceToHost, stream_));
-    GPHASH_CUDA(cudaStreamSynchronize(stream_));
-  }
-
-  // ---- batches ------------------------------------------------------------------------------
-
-  void reset_counters(uint64_t fresh_next) {
-    BatchCounters c{};
-    c.fresh_next = fresh_next;
-    GPHASH_CUDA(cudaMemcpyAsync(counters_, &c, offsetof(BatchCounters, stores), cudaMemcpyHostToDevice, stream_));
-  }
-  void read_counters() {
-    GPHASH_CUDA(cudaMemcpyAsync(host_counters_, counters_, sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream_));
-    GPHASH_CUDA(cudaStreamSynchronize(stream_));
-  }
-
-  template <class U>
-  static const U* offset_ptr(const void* base, size_t bytes) {
-    return reinterpret_cast<const U*>(static_cast<const std::byte*>(base) + bytes);
-  }
-
-  void execute_chunk(const Batch& b, size_t offset, size_t n) {
-    const uint32_t vw = dt_.value_width;
-    const bool on_device = b.memory == MemorySpace::kDevice;
-    bool search_only = !b.ops && b.op == Op::kSearch;
-    if (b.ops && !on_device)
-      search_only = std::all_of(b.ops + offset, b.ops + offset + n, [](Op op) { return op == Op::kSearch; });
-    BatchView bv{};
-    bv.n = n;
-    bv.uniform_op = static_cast<uint8_t>(b.op);
-    bv.value_width = vw;
-    if (on_device) {
-      bv.keys = offset_ptr<uint64_t>(b.keys, offset * KeyWidth);
-      bv.ops = b.ops ? reinterpret_cast<const uint8_t*>(b.ops + offset) : nullptr;
-      bv.values = b.values ? offset_ptr<std::byte>(b.values, offset * vw) : nullptr;
-      bv.values_out = b.values_out ? static_cast<std::byte*>(b.values_out) + offset * vw : nullptr;
-      bv.status = reinterpret_cast<uint8_t*>(b.status + offset);
-    } else {
-      keys_.reserve(n * T::kKeyWords);
-      GPHASH_CUDA(cudaMemcpyAsync(keys_.get(), offset_ptr<std::byte>(b.keys, offset * KeyWidth), n * KeyWidth,
-                                  cudaMemcpyHostToDevice, stream_));
-      bv.keys = keys_.get();
-      if (b.ops) {
-        ops_.reserve(n);
-        GPHASH_CUDA(cudaMemcpyAsync(ops_.get(), b.ops + offset, n, cudaMemcpyHostToDevice, stream_));
-        bv.ops = ops_.get();
-      }
-      if (b.values && !search_only) {
-        values_.reserve(n * vw);
-        GPHASH_CUDA(cudaMemcpyAsync(values_.get(), offset_ptr<std::byte>(b.values, offset * vw), n * vw,
-                                    cudaMemcpyHostToDevice, stream_));
-        bv.values = values_.get();
-      }
-      if (b.values_out) {
-        out_.reserve(n * vw);
-        bv.values_out = out_.get();
-      }
-      status_.reserve(n);
-      bv.status = status_.get();
-    }
-    pending_[0].reserve(n);
-    pending_[1].reserve(n);
-    bv.pending = pending_[0].get();
-    if (dt_.has_heap) {
-      const uint64_t freed_capacity = 2 * n + 1024;
-      freed_.reserve(freed_capacity);
-      ensure_free_stack(free_count_ + freed_capacity);
-      dt_.heap.free_cells = free_cells_.get();
-      dt_.heap.free_count = free_count_;
-      dt_.heap.freed = freed_.get();
-      dt_.heap.freed_capacity = freed_capacity;
-    }
-    reset_counters(fresh_next_);
-    GPHASH_CUDA(cudaEventRecord(start_, stream_));
-    // Writing batches are always planned (per-key order). Searching batches too when the table is
-    // host-mapped: there combining a Zipf-hot key's reads into one PCIe access is worth the sort;
-    // in GPU memory the sort would cost more than it saves.
-    if (!search_only || !gpu_memory_) plan(bv);
-    GPHASH_CUDA(cudaEventRecord(planned_, stream_));
-    launch_batch(bv);
-    GPHASH_CUDA(cudaEventRecord(ran_, stream_));
-    read_counters();
-    if (host_counters_->pending) slow_path(bv);
-    GPHASH_CUDA(cudaEventRecord(stop_, stream_));
-    if (!on_device) {
-      GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream_));
-      if (b.values_out)
-        GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * vw, bv.values_out, n * vw,
-                                    cudaMemcpyDeviceToHost, stream_));
-    }
-    read_counters();  // also waits for the outputs: the batch is acknowledged after this
-    auto seconds = [](cudaEvent_t a, cudaEvent_t b) {
-      float ms = 0;
-      GPHASH_CUDA(cudaEventElapsedTime(&ms, a, b));
-      return ms / 1e3;
-    };
-    stats_.last_batch_device_seconds = seconds(start_, stop_);
-    stats_.last_plan_seconds = seconds(start_, planned_);
-    stats_.last_kernel_seconds = seconds(planned_, ran_);
-    stats_.last_slow_seconds = seconds(ran_, stop_);
-    items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_->item_delta);
-    if (dt_.has_heap) settle_heap();
-  }
-
-  // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
-  // order (the radix sort is stable), and each run goes to one warp.
-  void plan(BatchView& bv) {
-    const size_t n = bv.n;
-    prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
-    plan_kernel<<<blocks_for(n), kBlock, 0, stream_>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get());
-    GPHASH_CUDA(cudaGetLastError());
-    size_t temp = 0;
-    GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
-                                                index_out_.get(), static_cast<int>(n), 0, 32, stream_));
-    sort_temp_.reserve(temp);
-    GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
-                                                index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, stream_));
-    bv.sort_keys = prefix_out_.get();
-    bv.perm = index_out_.get();
-  }
-
-  void launch_batch(const BatchView& bv) {
-    switch (options_.gpu_kernels) {
-      case GpuKernels::kWarp:
-        batch_kernel<Access::kMirror><<<blocks_for(bv.n), kBlock, 0, stream_>>>(dt_, bv);
-        break;
-      case GpuKernels::kWarpDirect:
-        batch_kernel<Access::kDirect><<<blocks_for(bv.n), kBlock, 0, stream_>>>(dt_, bv);
-        break;
-      case GpuKernels::kThread:
-        thread_batch_kernel<<<blocks_for(bv.n), kBlock, 0, stream_>>>(dt_, bv);
-        break;
-    }
-    GPHASH_CUDA(cudaGetLastError());
-  }
-
-  // Finishes the runs the parallel pass handed over. Few runs without a free slot at a moderate
-  // load: one warp, alone, moves items aside for them (displacement). Otherwise the table or heap
-  // grows and the runs go through a parallel pass again. When the pool cannot grow, runs fail
-  // with kTableFull / kHeapFull one operation at a time.
-  void slow_path(BatchView& bv) {
-    SlowPathFlags flags;
-    int current = 0;  // pending_[current] holds the entries to finish
-    uint64_t count = host_counters_->pending;
-    uint64_t need_slot = host_counters_->pending_slot, need_cell = host_counters_->pending_cell;
-    while (count) {
-      bool grew = false;
-      // Cells freed earlier in this batch are safe to reuse now: the parallel pass is over and no
-      // pending run has freed anything. Only if there are none does the heap grow.
-      if (need_cell && !flags.heap_exhausted)
-        grew |= reclaim_freed_cells() || try_grow(&GpuEngine::grow_heap, &flags.heap_exhausted);
-      const double load = static_cast<double>(items_ + host_counters_->item_delta) / static_cast<double>(slot_capacity());
-      // Without resizing, displacement is the only way: it takes any number of runs then.
-      const bool displace = need_slot && !flags.table_exhausted &&
-                            (!options_.auto_resize || (need_slot <= kSerialLimit && load < options_.max_load_factor));
-      if (need_slot && !displace && !flags.table_exhausted) {
-        if (options_.auto_resize)
-          grew |= try_grow(&GpuEngine::resize, &flags.table_exhausted);
-        else
-          flags.table_exhausted = true;
-      }
-      if (displace) {
-        // One warp, in order; it stops at a run it cannot serve and says why.
-        flags.allow_displacement = true;
-        launch_slow(bv, pending_[current].get(), 0, count, flags);
-        flags.allow_displacement = false;
-        const auto result = static_cast<RunResult>(host_counters_->slow_result);
-        if (result == RunResult::kDone) break;
-        // Keep the unfinished entries [stopped_at, count) and let the loop grow what they need.
-        const uint64_t first = host_counters_->stopped_at;
-        std::vector<uint32_t> rest(count - first);
-        GPHASH_CUDA(cudaMemcpy(rest.data(), pending_[current].get() + first, rest.size() * 4, cudaMemcpyDeviceToHost));
-        GPHASH_CUDA(cudaMemcpy(pending_[current].get(), rest.data(), rest.size() * 4, cudaMemcpyHostToDevice));
-        count = rest.size();
-        need_slot = result == RunResult::kNeedSlot ? count : 0;
-        need_cell = result == RunResult::kNeedCell ? count : 0;
-        if (need_slot) {  // displacement found nothing to move: grow instead
-          if (!options_.auto_resize) flags.table_exhausted = true;
-          else try_grow(&GpuEngine::resize, &flags.table_exhausted);
-          need_slot = 0;
-          need_cell = 0;
-        }
-        grew = true;
-      }
-      if (!grew && !flags.table_exhausted && !flags.heap_exhausted) break;  // cannot happen; avoids a spin
-      // Again in parallel; what still fails is collected in the other buffer.
-      const int next = 1 - current;
-      bv.pending = pending_[next].get();
-      GPHASH_CUDA(cudaMemsetAsync(&counters_->pending, 0, 3 * sizeof(unsigned long long), stream_));
-      launch_rerun(bv, pending_[current].get(), count, flags);
-      read_counters();
-      current = next;
-      count = host_counters_->pending;
-      need_slot = host_counters_->pending_slot;
-      need_cell = host_counters_->pending_cell;
-    }
-    stats_.displacements += host_counters_->moves;
-  }
-
-  // Runs a growth step; a pool that cannot grow sets `exhausted` instead of failing the batch.
-  bool try_grow(void (GpuEngine::*grow)(), bool* exhausted) {
-    try {
-      (this->*grow)();
-      return true;
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kNoSpace) throw;
-      *exhausted = true;
-      return false;
-    }
-  }
-
-  void launch_slow(const BatchView& bv, uint32_t* entries, uint64_t first, uint64_t count, const SlowPathFlags& flags) {
-    if (options_.gpu_kernels == GpuKernels::kWarp)
-      slow_path_kernel<Access::kMirror><<<1, 32, 0, stream_>>>(dt_, bv, entries, first, count, flags);
-    else
-      slow_path_kernel<Access::kDirect><<<1, 32, 0, stream_>>>(dt_, bv, entries, first, count, flags);
-    GPHASH_CUDA(cudaGetLastError());
-    read_counters();
-  }
-
-  void launch_rerun(const BatchView& bv, const uint32_t* entries, uint64_t count, const SlowPathFlags& flags) {
-    if (options_.gpu_kernels == GpuKernels::kWarp)
-      rerun_kernel<Access::kMirror><<<blocks_for(count), kBlock, 0, stream_>>>(dt_, bv, entries, count, flags);
-    else
-      rerun_kernel<Access::kDirect><<<blocks_for(count), kBlock, 0, stream_>>>(dt_, bv, entries, count, flags);
-    GPHASH_CUDA(cudaGetLastError());
-  }
-
-  uint64_t slot_capacity() const {
-    uint64_t buckets = 0;
-    for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) buckets += format::level_buckets(l);
-    return buckets * T::S;
-  }
-
-  // ---- resize and heap growth ---------------------------------------------------------------
-
-  void resize() {
-    const auto t0 = std::chrono::steady_clock::now();
-    const uint32_t new_top = dt_.bottom + T::L;
-    if (new_top > format::kMaxLevel)
-      throw Error(ErrorCode::kNoSpace, "table cannot grow past level " + std::to_string(format::kMaxLevel));
-    if (gpu_memory_) {
-      const uint64_t bytes = format::level_buckets(new_top) * T::Layout::kBytes;
-      DeviceBuffer<std::byte> level;
-      try {
-        level.resize(bytes);
-      } catch (const Error&) {
-        cudaGetLastError();
-        throw Error(ErrorCode::kNoSpace, "GPU memory is full: the table cannot grow");
-      }
-      GPHASH_CUDA(cudaMemsetAsync(level.get(), 0, bytes, stream_));
-      device_levels_[new_top] = std::move(level);
-      dt_.level[new_top] = device_levels_[new_top].get();
-      rehash(dt_.bottom);
-      device_levels_[dt_.bottom].release();
-      dt_.level[dt_.bottom] = nullptr;
-      ++dt_.bottom;
-    } else {
-      meta_.begin_resize();
-      dt_.level[new_top] = register_extent(meta_.header().gphash.level_offset[new_top], format::level_bytes(meta_.header(), new_top));
-      rehash_and_finish();
-    }
-    if (options_.gpu_kernels != GpuKernels::kWarp) rebuild_mirror_and_counts(/*count=*/false);
-    ++stats_.resizes;
-    stats_.last_resize_seconds = seconds_since(t0);
-  }
-
-  // Resize step 2 on the pool (also resumes an interrupted one), then the header's last step.
-  void rehash_and_finish(bool with_mirror = true) {
-    const uint32_t old_bottom = dt_.bottom;
-    if (!dt_.level[old_bottom + T::L])
-      dt_.level[old_bottom + T::L] = register_extent(meta_.header().gphash.level_offset[old_bottom + T::L],
-                                                     format::level_bytes(meta_.header(), old_bottom + T::L));
-    rehash(old_bottom, with_mirror);
-    unregister_extent(meta_.header().gphash.level_offset[old_bottom]);
-    dt_.level[old_bottom] = nullptr;
-    meta_.finish_resize();
-    ++dt_.bottom;
-  }
-
-  // Resize step 2. With the mirror: the mirror is first rebuilt for the table one level up (the
-  // new top level is empty), then items move through it, claims in GPU memory; the result is
-  // also the mirror of the resized table. Without it (other kernel variants, or recovery before
-  // any mirror exists), claims are CAS of the pool's state words.
-  void rehash(uint32_t old_bottom, bool with_mirror = true) {
-    T upper = dt_;
-    upper.bottom = old_bottom + 1;
-    upper.tags = nullptr;
-    reset_scan();
-    const unsigned blocks = blocks_for(format::level_buckets(old_bottom) * T::S);
-    if (with_mirror && options_.gpu_kernels == GpuKernels::kWarp) {
-      const uint64_t bytes = format::level_buckets(upper.bottom) * dt_.family_bytes;
-      tags_.resize(bytes);
-      GPHASH_CUDA(cudaMemsetAsync(tags_.get(), 0, bytes, stream_));
-      upper.tags = tags_.get();
-      for (uint32_t l = upper.bottom; l < upper.bottom + T::L - 1; ++l)
-        scan_level_kernel<<<blocks_for(format::level_buckets(l) * T::S), kBlock, 0, stream_>>>(upper, l, false, true,
-                                                                                               nullptr, scan_);
-      reset_scan();
-      rehash_mirror_kernel<<<blocks, kBlock, 0, stream_>>>(upper, old_bottom, scan_);
-      dt_.tags = upper.tags;
-    } else {
-      rehash_kernel<<<blocks, kBlock, 0, stream_>>>(upper, old_bottom, scan_);
-    }
-    GPHASH_CUDA(cudaGetLastError());
-    read_scan();
-    if (host_scan_->corrupt)
-      throw Error(ErrorCode::kCorruptTable, "resize could not place " + std::to_string(host_scan_->corrupt) +
-                                                " items of level " + std::to_string(old_bottom) +
-                                                "; the pool stays in resize state and reopening it retries");
-  }
-
-  void grow_heap() {
-    if (heap_chunks_ >= format::kMaxHeapChunks) throw Error(ErrorCode::kNoSpace, "the value heap has its maximum size");
-    const uint64_t cells = dt_.heap.geometry.chunk_cells(heap_chunks_);
-    if (gpu_memory_) {
-      try {
-        device_chunks_[heap_chunks_].resize(cells * dt_.heap.cell_size);
-      } catch (const Error&) {
-        cudaGetLastError();
-        throw Error(ErrorCode::kNoSpace, "GPU memory is full: the value heap cannot grow");
-      }
-      dt_.heap.chunk[heap_chunks_] = device_chunks_[heap_chunks_].get();
-    } else {
-      meta_.grow_heap();
-      dt_.heap.chunk[heap_chunks_] =
-          register_extent(meta_.header().gphash.heap_chunk_offset[heap_chunks_], cells * dt_.heap.cell_size);
-    }
-    ++heap_chunks_;
-    dt_.heap.capacity += cells;
-    ++stats_.heap_grows;
-  }
-
-  void ensure_free_stack(uint64_t capacity) {
-    if (capacity <= free_cells_.size()) return;
-    DeviceBuffer<uint64_t> bigger(std::max<uint64_t>(capacity, 2 * free_cells_.size()));
-    if (free_count_)
-      GPHASH_CUDA(cudaMemcpyAsync(bigger.get(), free_cells_.get(), free_count_ * 8, cudaMemcpyDeviceToDevice, stream_));
-    free_cells_ = std::move(bigger);
-  }
-
-  // In the slow path: the cells this batch freed join the free stack at once. True if any did.
-  bool reclaim_freed_cells() {
-    read_counters();
-    if (host_counters_->cells_freed == 0) return false;
-    settle_heap();
-    ensure_free_stack(free_count_ + dt_.heap.freed_capacity);
-    dt_.heap.free_cells = free_cells_.get();
-    dt_.heap.free_count = free_count_;
-    const unsigned long long restart[3] = {0, fresh_next_, 0};  // cells_taken, fresh_next, cells_freed
-    GPHASH_CUDA(cudaMemcpyAsync(counters_, restart, sizeof restart, cudaMemcpyHostToDevice, stream_));
-    read_counters();
-    return true;
-  }
-
-  // After a batch: cells taken from the stack are gone from its top, freed cells join it.
-  void settle_heap() {
-    const BatchCounters& c = *host_counters_;
-    const uint64_t remaining = free_count_ - std::min<uint64_t>(c.cells_taken, free_count_);
-    const uint64_t freed = std::min<uint64_t>(c.cells_freed, dt_.heap.freed_capacity);
-    if (freed)
-      append_cells_kernel<<<blocks_for(freed), kBlock, 0, stream_>>>(free_cells_.get(), remaining, freed_.get(), freed);
-    GPHASH_CUDA(cudaGetLastError());
-    free_count_ = remaining + freed;
-    fresh_next_ = std::min<uint64_t>(c.fresh_next, dt_.heap.capacity);
-  }
-
   pool::Pool& pool_;
   TableMeta meta_;
   OpenOptions options_;
   bool gpu_memory_;
-  std::mutex execute_mutex_;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t start_ = nullptr, planned_ = nullptr, ran_ = nullptr, stop_ = nullptr;
-  BatchCounters* counters_ = nullptr;
-  BatchCounters* host_counters_ = nullptr;
-  ScanCounters* scan_ = nullptr;
-  ScanCounters* host_scan_ = nullptr;
+  PoolMapping mapping_;
+  // One caller at a time enqueues, waits or reads the table's host state.
+  mutable std::mutex mutex_;
+  Stream batch_stream_;  // host batches (execute)
+  Stream slow_stream_;   // table-wide passes (open, resize, export) and the completion thread
+  Event start_, planned_, ran_, counted_{false};
+  DeviceBuffer<BatchCounters> counters_;
+  PinnedBuffer<BatchCounters> host_counters_, counters_init_;
+  DeviceBuffer<ScanCounters> scan_;
+  PinnedBuffer<ScanCounters> host_scan_;
   T dt_{};
-  std::map<uint64_t, uint64_t> registered_;  // pool offset -> bytes
+  BatchContext ctx_{};
   DeviceBuffer<std::byte> device_levels_[format::kMaxLevel + 1];
   DeviceBuffer<std::byte> device_chunks_[format::kMaxHeapChunks];
   uint32_t heap_chunks_ = 0;
   DeviceBuffer<uint8_t> tags_;
+  DeviceBuffer<uint32_t> key_locks_;
   DeviceBuffer<uint64_t> free_cells_, freed_;
   uint64_t free_count_ = 0, fresh_next_ = 0;
   DeviceBuffer<uint64_t> keys_;
   DeviceBuffer<std::byte> values_, out_, sort_temp_;
   DeviceBuffer<uint8_t> ops_, status_;
   DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
+#if GPHASH_CRASH_POINTS
+  DeviceBuffer<CrashCountdown> countdown_;
+#endif
   uint64_t items_ = 0;
   EngineStats stats_;
   bool closed_ = false;
+  bool session_open_ = false;
+  std::shared_ptr<GpuCompletion> last_done_;
+  // The completion thread and the one job it may have.
+  mutable std::mutex jobs_mutex_;
+  mutable std::condition_variable jobs_cv_;
+  std::shared_ptr<GpuCompletion> job_;  // the asynchronous batch in flight
+  bool busy_ = false, stopping_ = false;
+  std::exception_ptr failure_;
+  std::thread worker_;
 };
 
 // The engine for one shape, any key width.

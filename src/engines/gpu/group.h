@@ -111,7 +111,9 @@ GPHASH_HD OpStatus status_of(Op op, bool present) {
     case Op::kInsert: return present ? OpStatus::kExists : OpStatus::kOk;
     case Op::kUpsert: return OpStatus::kOk;
   }
-  return OpStatus::kNotFound;
+  return OpStatus::kInvalidOp;  // an ops array in GPU memory the host could not check
 }
+
+GPHASH_HD bool is_valid_op(Op op) { return static_cast<uint8_t>(op) <= static_cast<uint8_t>(Op::kErase); }
 
 }  // namespace gphash::engine::gpu

@@ -6,6 +6,7 @@
 
 namespace gphash::engine::gpu {
 
+inline constexpr uint64_t kPendingCount = ~0ull;
 
 // End of the run starting at sorted position `begin`: the first position with another prefix.
 __device__ inline size_t run_end(const BatchView& bv, size_t begin, int lane) {
@@ -19,11 +20,10 @@ __device__ inline size_t run_end(const BatchView& bv, size_t begin, int lane) {
   }
 }
 
-template <class T>
-__device__ void hand_to_slow_path(const T& t, const BatchView& bv, size_t resume, RunResult why) {
-  const unsigned long long k = atomicAdd(&t.counters->pending, 1ull);
+__device__ inline void hand_to_slow_path(const BatchContext& ctx, const BatchView& bv, size_t resume, RunResult why) {
+  const unsigned long long k = atomicAdd(&ctx.counters->pending, 1ull);
   bv.pending[k] = static_cast<uint32_t>(resume);
-  atomicAdd(why == RunResult::kNeedCell ? &t.counters->pending_cell : &t.counters->pending_slot, 1ull);
+  atomicAdd(why == RunResult::kNeedCell ? &ctx.counters->pending_cell : &ctx.counters->pending_slot, 1ull);
 }
 
 }  // namespace gphash::engine::gpu
@@ -35,13 +35,14 @@ namespace gphash::engine::gpu {
 // After the table or heap grew: the runs handed to the slow path, again in parallel. New
 // failures go to bv.pending (the other buffer).
 template <Access A, class T>
-__global__ void __launch_bounds__(256) rerun_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv, const uint32_t* entries, uint64_t count,
-                                                    SlowPathFlags flags) {
+__global__ void __launch_bounds__(256) rerun_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
+                                                    const __grid_constant__ BatchView bv, const uint32_t* entries,
+                                                    uint64_t count, SlowPathFlags flags) {
   const int lane = threadIdx.x & 31;
   const uint64_t k = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   uint32_t work = __ballot_sync(kFullMask, k < count);
   long long delta = 0;
-  WarpOps<A, T> ops{t, bv, lane, delta};
+  WarpOps<A, T> ops{t, ctx, bv, lane, delta};
   while (work) {
     const int leader = __ffs(work) - 1;
     work &= work - 1;
@@ -49,13 +50,14 @@ __global__ void __launch_bounds__(256) rerun_kernel(const __grid_constant__ T t,
     const size_t end = run_end(bv, begin, lane);
     size_t resume = begin;
     const RunResult r = ops.run(begin, end, flags, &resume);
-    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(t, bv, resume, r);
+    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
   }
-  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }
 
 template <class T>
-__global__ void __launch_bounds__(256) thread_batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv) {
+__global__ void __launch_bounds__(256) thread_batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
+                                                           const __grid_constant__ BatchView bv) {
   const size_t pos = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (pos >= bv.n) return;
   if (bv.sort_keys && pos > 0 && bv.sort_keys[pos] == bv.sort_keys[pos - 1]) return;
@@ -63,22 +65,26 @@ __global__ void __launch_bounds__(256) thread_batch_kernel(const __grid_constant
   if (bv.sort_keys)
     while (end < bv.n && bv.sort_keys[end] == bv.sort_keys[pos]) ++end;
   long long delta = 0;
-  ThreadOps<T> ops{t, bv, delta};
+  ThreadOps<T> ops{t, ctx, bv, delta};
   const RunResult r = ops.run(pos, end);
-  if (r != RunResult::kDone) hand_to_slow_path(t, bv, pos, r);
-  if (delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+  if (r != RunResult::kDone) hand_to_slow_path(ctx, bv, pos, r);
+  if (delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }
 
 // The exclusive slow path: one warp works through the pending runs in order, displacing items
 // where allowed. It stops at the first run that needs a resize or a larger heap and reports
-// where; the host provides that and launches it again from there.
+// where; the host provides that and launches it again from there. With count == kPendingCount
+// it takes the number of pending runs from the counters (launched in stream order, with no host
+// in between: execute_async).
 template <Access A, class T>
-__global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_constant__ BatchView bv, uint32_t* entries, uint64_t first, uint64_t count,
+__global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
+                                 const __grid_constant__ BatchView bv, uint32_t* entries, uint64_t first, uint64_t count,
                                  SlowPathFlags flags) {
   const int lane = threadIdx.x & 31;
   long long delta = 0;
-  WarpOps<A, T> ops{t, bv, lane, delta};
+  WarpOps<A, T> ops{t, ctx, bv, lane, delta};
   int result = static_cast<int>(RunResult::kDone);
+  if (count == kPendingCount) count = *reinterpret_cast<volatile unsigned long long*>(&ctx.counters->pending);
   for (uint64_t k = first; k < count; ++k) {
     const size_t begin = entries[k];
     const size_t end = run_end(bv, begin, lane);
@@ -87,15 +93,15 @@ __global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_const
     if (r != RunResult::kDone) {
       if (lane == 0) {
         entries[k] = static_cast<uint32_t>(resume);
-        t.counters->stopped_at = k;
+        ctx.counters->stopped_at = k;
       }
       result = static_cast<int>(r);
       break;
     }
   }
   if (lane == 0) {
-    t.counters->slow_result = result;
-    if (delta) atomicAdd(reinterpret_cast<unsigned long long*>(&t.counters->item_delta), static_cast<unsigned long long>(delta));
+    ctx.counters->slow_result = result;
+    if (delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
   }
 }
 
@@ -129,8 +135,8 @@ __global__ void scan_level_kernel(const __grid_constant__ T t, uint32_t level, b
     std::byte* bucket = t.bucket(level, b);
     uint64_t state = load_volatile(T::state_word(bucket, s));
     if (recover && state == format::kSlotInserting) {
-      store_volatile(T::state_word(bucket, s), format::kSlotEmpty);
-      t.persist_barrier();
+      t.writes.store(T::state_word(bucket, s), format::kSlotEmpty);
+      t.writes.barrier();
       state = format::kSlotEmpty;
     }
     published = format::is_published(state);
@@ -213,9 +219,8 @@ __global__ void rehash_kernel(const __grid_constant__ T upper, uint32_t old_leve
       continue;
     }
     if (lane == src) {
-      upper.before_persistent_store();
-      store_volatile(T::state_word(bucket, s), format::kSlotEmpty);
-      upper.persist_barrier();
+      upper.writes.store(T::state_word(bucket, s), format::kSlotEmpty);
+      upper.writes.barrier();
     }
   }
 }
@@ -234,6 +239,19 @@ __global__ void export_kernel(const __grid_constant__ T t, uint64_t first, uint6
   const int s = static_cast<int>(k % T::S);
   const uint64_t state = load_volatile(T::state_word(bucket, s));
   if (!format::is_published(state)) return;
+  const uint64_t word = load_volatile(T::value_word(bucket, s));
+  if (values && t.has_heap && t.value_checksums) {
+    KeyProbe<T> p;
+    uint64_t key[T::kKeyWords];
+#pragma unroll
+    for (int w = 0; w < T::kKeyWords; ++w)
+      key[w] = T::Layout::kKeyIsState ? format::decode_key_word(state) : T::key_words(bucket, s)[w];
+    make_probe(t, key, p);
+    if (load_volatile(t.cell_checksum(word)) != t.checksum_of(t.cell(word), p.hash[0])) {
+      atomicAdd(&out->found, 1ull);  // left out: its value fails its checksum
+      return;
+    }
+  }
   const uint64_t at = atomicAdd(&out->items, 1ull);
   if constexpr (T::Layout::kKeyIsState) {
     const uint64_t key = format::decode_key_word(state);
@@ -242,7 +260,6 @@ __global__ void export_kernel(const __grid_constant__ T t, uint64_t first, uint6
     lane_copy(keys + at * T::kKeyWidth, reinterpret_cast<const std::byte*>(T::key_words(bucket, s)), T::kKeyWidth);
   }
   if (!values) return;
-  const uint64_t word = load_volatile(T::value_word(bucket, s));
   if (t.has_heap)
     lane_copy(values + at * t.value_width, t.cell(word), t.value_width);
   else

@@ -4,6 +4,7 @@
 // persistent protocol. Two ways to read candidates share this code:
 //   Access::kMirror - the tag mirror in GPU memory first, the table only where a tag matches;
 //   Access::kDirect - the table's state words themselves (used by resize, and as a variant).
+// Every store to the pool goes through the table's write path (PoolWrites).
 #pragma once
 
 #include <cstdint>
@@ -45,9 +46,7 @@ struct BatchView {
 
 // ---- byte copies -------------------------------------------------------------------------
 
-__device__ __forceinline__ bool aligned(const void* p, unsigned a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
-
-// One lane copies n bytes.
+// One lane copies n bytes (into GPU memory: outputs; pool writes go through PoolWrites::copy).
 __device__ inline void lane_copy(std::byte* dst, const std::byte* src, uint32_t n) {
   if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
     for (uint32_t k = 0; k < n; k += 16) *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
@@ -58,8 +57,10 @@ __device__ inline void lane_copy(std::byte* dst, const std::byte* src, uint32_t 
   }
 }
 
-// The warp copies n bytes, each lane a slice.
-__device__ inline void warp_copy(std::byte* dst, const std::byte* src, uint32_t n, int lane) {
+// The warp copies n bytes, each lane a slice; with `pool` the destination is in the pool and the
+// stores go through its write path.
+__device__ inline void warp_copy(std::byte* dst, const std::byte* src, uint32_t n, int lane, const PoolWrites* pool) {
+  if (pool && lane == 0) pool->count();
   if (n % 16 == 0 && aligned(dst, 16) && aligned(src, 16)) {
     for (uint32_t k = lane * 16; k < n; k += 32 * 16)
       *reinterpret_cast<uint4*>(dst + k) = *reinterpret_cast<const uint4*>(src + k);
@@ -69,13 +70,20 @@ __device__ inline void warp_copy(std::byte* dst, const std::byte* src, uint32_t 
   } else {
     for (uint32_t k = lane; k < n; k += 32) dst[k] = src[k];
   }
+  if (pool && lane == 0) pool->mark(dst, n);
 }
 
-// For every lane in `lanes`, copies `width` bytes from that lane's `src` to its `dst`. Values of
-// up to 128 bytes go four at a time (8 lanes of 16 bytes each), so the reads of four copies are
-// in flight together instead of one after the other.
-__device__ inline void warp_copy_lanes(uint32_t lanes, const std::byte* src, std::byte* dst, uint32_t width, int lane) {
+// For every lane in `lanes`, copies `width` bytes from that lane's `src` to its `dst` (with `pool`:
+// into the pool, through its write path). Values of up to 128 bytes go four at a time (8 lanes of
+// 16 bytes each), so the reads of four copies are in flight together instead of one after the
+// other.
+__device__ inline void warp_copy_lanes(uint32_t lanes, const std::byte* src, std::byte* dst, uint32_t width, int lane,
+                                       const PoolWrites* pool) {
   const bool mine = (lanes >> lane) & 1;
+  if (pool && mine) {
+    pool->count();
+    pool->mark(dst, width);
+  }
   const bool narrow = __all_sync(kFullMask, !mine || (width <= 128 && width % 16 == 0 && aligned(src, 16) && aligned(dst, 16)));
   if (!narrow) {
     while (lanes) {
@@ -83,7 +91,7 @@ __device__ inline void warp_copy_lanes(uint32_t lanes, const std::byte* src, std
       lanes &= lanes - 1;
       warp_copy(reinterpret_cast<std::byte*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(dst), from)),
                 reinterpret_cast<const std::byte*>(__shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), from)),
-                width, lane);
+                width, lane, nullptr);
     }
     return;
   }
@@ -113,37 +121,49 @@ __device__ inline void write_inline_value(std::byte* dst, uint64_t v, uint32_t w
   for (uint32_t k = 0; k < width; ++k) dst[k] = static_cast<std::byte>(v >> (8 * k));
 }
 
-// The answer to operation i of the run of one key that starts at plan position `begin`, given
-// the key's state before it: the status and, for a search that finds the key, the value (written
-// by an earlier operation of the run, or the table's value word `stored`).
-template <class T>
-__device__ void answer_in_run(const T& t, const BatchView& bv, uint32_t i, Op op, const KeyState& s, size_t begin, uint64_t stored) {
-  bv.status[i] = static_cast<uint8_t>(status_of(op, s.present));
-  std::byte* out = bv.out(i);
-  if (op != Op::kSearch || !s.present || !out) return;
-  if (s.source != kFromTable)
-    lane_copy(out, bv.value(bv.op_index(begin + s.source)), bv.value_width);
-  else if (t.has_heap)
-    lane_copy(out, t.cell(stored), bv.value_width);
-  else
-    write_inline_value(out, stored, bv.value_width);
-}
-
 // ---- value heap ---------------------------------------------------------------------------
 
 template <class T>
-__device__ uint64_t allocate_cell(const T& t) {
-  unsigned long long k = atomicAdd(&t.counters->cells_taken, 1ull);
-  if (k < t.heap.free_count) return t.heap.free_cells[t.heap.free_count - 1 - k];
-  unsigned long long f = atomicAdd(&t.counters->fresh_next, 1ull);
+__device__ uint64_t allocate_cell(const T& t, const BatchContext& ctx) {
+  unsigned long long k = atomicAdd(&ctx.counters->cells_taken, 1ull);
+  if (k < ctx.free_count) return ctx.free_cells[ctx.free_count - 1 - k];
+  unsigned long long f = atomicAdd(&ctx.counters->fresh_next, 1ull);
   return f < t.heap.capacity ? f : kNoCell;
 }
 // Freed cells become allocatable after the batch, so no operation of this batch can still
 // be reading a cell that another one overwrites.
+__device__ inline void release_cell(const BatchContext& ctx, uint64_t cell) {
+  unsigned long long k = atomicAdd(&ctx.counters->cells_freed, 1ull);
+  if (k < ctx.freed_capacity) ctx.freed[k] = cell;  // past it: reclaimed at the next open
+}
+
+// A value read from the heap: with value checksums, whether `out` (the copy just made) matches the
+// cell's checksum for the key whose first hash is `hash0`. One lane.
 template <class T>
-__device__ void release_cell(const T& t, uint64_t cell) {
-  unsigned long long k = atomicAdd(&t.counters->cells_freed, 1ull);
-  if (k < t.heap.freed_capacity) t.heap.freed[k] = cell;  // past it: reclaimed at the next open
+__device__ bool value_verifies(const T& t, uint64_t cell, const std::byte* out, uint64_t hash0) {
+  if (!t.value_checksums) return true;
+  return load_volatile(t.cell_checksum(cell)) == t.checksum_of(out, hash0);
+}
+
+// The answer to operation i of the run of one key that starts at plan position `begin`, given
+// the key's state before it: the status and, for a search that finds the key, the value (written
+// by an earlier operation of the run, or the table's value word `stored`).
+template <class T>
+__device__ void answer_in_run(const T& t, const BatchView& bv, uint32_t i, Op op, const KeyState& s, size_t begin,
+                              uint64_t stored, uint64_t hash0) {
+  OpStatus status = status_of(op, s.present);
+  std::byte* out = bv.out(i);
+  if (op == Op::kSearch && s.present && out) {
+    if (s.source != kFromTable) {
+      lane_copy(out, bv.value(bv.op_index(begin + s.source)), bv.value_width);
+    } else if (t.has_heap) {
+      lane_copy(out, t.cell(stored), bv.value_width);
+      if (!value_verifies(t, stored, out, hash0)) status = OpStatus::kCorruptValue;
+    } else {
+      write_inline_value(out, stored, bv.value_width);
+    }
+  }
+  bv.status[i] = static_cast<uint8_t>(status);
 }
 
 // ---- candidate geometry and probing ------------------------------------------------------
@@ -159,16 +179,14 @@ struct LaneSlot {
 
 template <class T>
 __device__ LaneSlot<T> lane_slot(const T& t, const KeyProbe<T>& p, int lane) {
+  const format::CandidatePosition c = format::candidate_position(lane, T::L, T::S);
   LaneSlot<T> ls;
-  ls.slot = lane % T::S;
-  ls.d = (lane / T::S) % T::L;
-  ls.j = lane / (T::S * T::L);
+  ls.slot = c.slot;
+  ls.d = c.d;
+  ls.j = c.j;
   ls.level = t.bottom + ls.d;
   ls.bucket = format::bucket_at(pick(p.hash, ls.j), ls.level);
-  ls.live = true;
-#pragma unroll
-  for (int i = 0; i < T::H; ++i)
-    if (i < ls.j && format::bucket_at(p.hash[i], ls.level) == ls.bucket) ls.live = false;
+  ls.live = !format::repeated_bucket(p.hash, ls.level, ls.j);
   ls.tag_index = t.tags ? t.tag_index(ls.level, ls.bucket, ls.slot) : 0;
   return ls;
 }
@@ -176,13 +194,26 @@ __device__ LaneSlot<T> lane_slot(const T& t, const KeyProbe<T>& p, int lane) {
 struct WarpProbe {
   uint32_t found;  // lanes whose slot holds the key
   int valid;       // lane of the preferred copy, or -1
-  int target;      // lane of the insert target (first empty slot of the least-loaded bucket), or -1
+  int target;      // lane of the insert target (first empty slot of the best bucket), or -1
 };
 
 template <int S>
 __device__ __forceinline__ uint32_t bucket_lanes(int lane) {
   const uint32_t group = S >= 32 ? 0xFFFFFFFFu : ((1u << S) - 1);
   return group << (lane - lane % S);
+}
+
+// The insert target among the candidates the lanes see (format::target_score): each bucket's
+// first lane scores it, the smallest score wins, and its first empty slot is the target.
+template <class T>
+__device__ __forceinline__ int pick_target(bool live, uint32_t occupied, uint32_t empty, int lane, int d, int j) {
+  const uint32_t lanes = bucket_lanes<T::S>(lane);
+  unsigned score = ~0u;
+  if (lane % T::S == 0 && live && (empty & lanes)) score = format::target_score(__popc(occupied & lanes), d, j, T::L);
+  const unsigned best = __reduce_min_sync(kFullMask, score);
+  if (best == ~0u) return -1;
+  const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
+  return leader + __ffs((empty >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
 }
 
 template <Access A, class T>
@@ -220,29 +251,20 @@ __device__ WarpProbe warp_probe(const T& t, const KeyProbe<T>& p, const LaneSlot
   if (r.found) {
     if (__popc(r.found) == 1) {
       r.valid = __ffs(r.found) - 1;
-    } else {  // duplicates: highest level, then lowest bucket, then lowest slot
-      uint64_t rank = match ? ((uint64_t(format::kMaxLevel - ls.level) << 58) | (ls.bucket << 6) | ls.slot) : ~0ull;
+    } else {  // duplicates: the smallest copy rank is valid
+      const uint64_t mine = match ? format::copy_rank(ls.level, ls.bucket, ls.slot) : ~0ull;
+      uint64_t rank = mine;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         const uint64_t other = __shfl_xor_sync(kFullMask, rank, o);
         rank = other < rank ? other : rank;
       }
-      const uint64_t mine = match ? ((uint64_t(format::kMaxLevel - ls.level) << 58) | (ls.bucket << 6) | ls.slot) : ~0ull;
       r.valid = __ffs(__ballot_sync(kFullMask, mine == rank)) - 1;
     }
   }
   const uint32_t occ = __ballot_sync(kFullMask, occupied);
   const uint32_t emp = __ballot_sync(kFullMask, empty);
-  const uint32_t lanes = bucket_lanes<T::S>(lane);
-  unsigned score = ~0u;
-  if (ls.slot == 0 && ls.live && (emp & lanes))
-    score = (unsigned(__popc(occ & lanes)) << 16) | (unsigned(T::L - 1 - ls.d) << 8) | unsigned(ls.j);
-  const unsigned best = __reduce_min_sync(kFullMask, score);
-  r.target = -1;
-  if (best != ~0u) {
-    const int leader = __ffs(__ballot_sync(kFullMask, score == best)) - 1;
-    r.target = leader + __ffs((emp >> leader) & (T::S >= 32 ? ~0u : ((1u << T::S) - 1))) - 1;
-  }
+  r.target = pick_target<T>(ls.live, occ, emp, lane, ls.d, ls.j);
   return r;
 }
 
@@ -269,9 +291,7 @@ __device__ bool claim_slot(const T& t, const LaneSlot<T>& ls) {
       old = seen;
     }
   } else {
-    t.before_persistent_store();
-    auto* s = reinterpret_cast<unsigned long long*>(T::state_word(t.bucket(ls.level, ls.bucket), ls.slot));
-    return atomicCAS(s, format::kSlotEmpty, format::kSlotInserting) == format::kSlotEmpty;
+    return t.writes.claim(T::state_word(t.bucket(ls.level, ls.bucket), ls.slot));
   }
 }
 
@@ -284,16 +304,13 @@ __device__ void link_slot(const T& t, uint32_t level, uint64_t bucket, int slot,
   std::byte* b = t.bucket(level, bucket);
   if constexpr (!T::Layout::kKeyIsState) {
     uint64_t* k = T::key_words(b, slot);
-    t.before_persistent_store();
 #pragma unroll
-    for (int w = 0; w < T::kKeyWords; ++w) k[w] = key[w];
+    for (int w = 0; w < T::kKeyWords; ++w) t.writes.store(k + w, key[w]);
   }
-  t.before_persistent_store();
-  store_volatile(T::value_word(b, slot), value_word);
-  t.persist_barrier();
-  t.before_persistent_store();
-  store_volatile(T::state_word(b, slot), published);
-  t.persist_barrier();
+  t.writes.store(T::value_word(b, slot), value_word);
+  t.writes.barrier();
+  t.writes.store(T::state_word(b, slot), published);
+  t.writes.barrier();
   if constexpr (A == Access::kMirror) {
     unsigned shift;
     uint32_t* w = tag_word(t, tag_index, &shift);
@@ -303,9 +320,8 @@ __device__ void link_slot(const T& t, uint32_t level, uint64_t bucket, int slot,
 
 template <Access A, class T>
 __device__ void clear_slot(const T& t, uint32_t level, uint64_t bucket, int slot, uint64_t tag_index, uint8_t tag) {
-  t.before_persistent_store();
-  store_volatile(T::state_word(t.bucket(level, bucket), slot), format::kSlotEmpty);
-  t.persist_barrier();
+  t.writes.store(T::state_word(t.bucket(level, bucket), slot), format::kSlotEmpty);
+  t.writes.barrier();
   if constexpr (A == Access::kMirror) {
     unsigned shift;
     uint32_t* w = tag_word(t, tag_index, &shift);
@@ -318,6 +334,7 @@ __device__ void clear_slot(const T& t, uint32_t level, uint64_t bucket, int slot
 template <Access A, class T>
 struct WarpOps {
   const T& t;
+  const BatchContext& ctx;
   const BatchView& bv;
   int lane;
   long long& item_delta;  // kept by lane 0
@@ -335,7 +352,7 @@ struct WarpOps {
     if ((r.found >> lane & 1) && lane != r.valid) {
       const uint64_t cell = load_volatile(T::value_word(b, ls.slot));
       clear_slot<A>(t, ls.level, ls.bucket, ls.slot, ls.tag_index, p.tag);
-      if (t.has_heap && cell != keep) release_cell(t, cell);
+      if (t.has_heap && cell != keep) release_cell(ctx, cell);
     }
     if (lane == 0) item_delta -= __popc(r.found) - 1;
     __syncwarp();
@@ -348,42 +365,48 @@ struct WarpOps {
     return __shfl_sync(kFullMask, v, r.valid);
   }
 
-  // Copies the stored value (word `vw`) to `out`, warp-cooperatively.
-  __device__ void copy_stored_value(uint64_t vw, std::byte* out) {
-    if (!out) return;
-    if (t.has_heap)
-      warp_copy(out, t.cell(vw), bv.value_width, lane);
-    else if (lane == 0)
-      write_inline_value(out, vw, bv.value_width);
+  // Copies the stored value (word `vw`) to `out`, warp-cooperatively; false when it fails its
+  // checksum (all lanes get the answer).
+  __device__ bool copy_stored_value(uint64_t vw, std::byte* out, uint64_t hash0) {
+    if (!out) return true;
+    if (!t.has_heap) {
+      if (lane == 0) write_inline_value(out, vw, bv.value_width);
+      return true;
+    }
+    warp_copy(out, t.cell(vw), bv.value_width, lane, nullptr);
+    if (!t.value_checksums) return true;
+    __syncwarp();
+    bool ok = true;
+    if (lane == 0) ok = value_verifies(t, vw, out, hash0);
+    return __shfl_sync(kFullMask, ok, 0);
   }
 
-  // A value word for input value `src`: the inline value, or a new cell holding it (persisted).
-  // kNoCell when the heap is exhausted.
-  __device__ uint64_t new_value_word(const std::byte* src) {
+  // A value word for input value `src`: the inline value, or a new cell holding it (and its
+  // checksum), persisted. kNoCell when the heap is exhausted.
+  __device__ uint64_t new_value_word(const std::byte* src, uint64_t hash0) {
     if (!t.has_heap) return read_inline_value(src, bv.value_width);
     uint64_t cell = 0;
-    if (lane == 0) cell = allocate_cell(t);
+    if (lane == 0) cell = allocate_cell(t, ctx);
     cell = __shfl_sync(kFullMask, cell, 0);
     if (cell == kNoCell) return kNoCell;
-    if (lane == 0) t.before_persistent_store();
-    warp_copy(t.cell(cell), src, bv.value_width, lane);
-    t.persist_barrier();
+    warp_copy(t.cell(cell), src, bv.value_width, lane, &t.writes);
+    if (t.value_checksums && lane == 0) t.writes.store(t.cell_checksum(cell), t.checksum_of(src, hash0));
+    t.writes.barrier();
     __syncwarp();
     return cell;
   }
 
   // Out-of-place update of the preferred copy: the new value is persistent before one 8-byte
   // write of the value word switches to it (the plan makes this warp the key's only writer).
-  __device__ RunResult write_value(const WarpProbe& r, const LaneSlot<T>& ls, const std::byte* src) {
-    const uint64_t word = new_value_word(src);
+  __device__ RunResult write_value(const WarpProbe& r, const LaneSlot<T>& ls, const std::byte* src, uint64_t hash0) {
+    const uint64_t word = new_value_word(src, hash0);
     if (t.has_heap && word == kNoCell) return RunResult::kNeedCell;
     if (lane == r.valid) {
       uint64_t* vw = T::value_word(t.bucket(ls.level, ls.bucket), ls.slot);
       const uint64_t old = load_volatile(vw);
-      t.before_persistent_store();
-      store_volatile(vw, word);
-      t.persist_barrier();
-      if (t.has_heap) release_cell(t, old);
+      t.writes.store(vw, word);
+      t.writes.barrier();
+      if (t.has_heap) release_cell(ctx, old);
     }
     __syncwarp();
     return RunResult::kDone;
@@ -393,7 +416,7 @@ struct WarpOps {
     if (lane == r.valid) {
       const uint64_t cell = load_volatile(T::value_word(t.bucket(ls.level, ls.bucket), ls.slot));
       clear_slot<A>(t, ls.level, ls.bucket, ls.slot, ls.tag_index, p.tag);
-      if (t.has_heap) release_cell(t, cell);
+      if (t.has_heap) release_cell(ctx, cell);
     }
     if (lane == 0) --item_delta;
     __syncwarp();
@@ -432,20 +455,20 @@ struct WarpOps {
         if (t.maintenance) {
           const uint64_t from_word = format::pack({from_level, from_bucket, static_cast<uint32_t>(from_slot)});
           const uint64_t to_word = format::pack({qs.level, qs.bucket, static_cast<uint32_t>(qs.slot)});
-          t.maintenance[1] = from_word;
-          t.maintenance[2] = to_word;
-          t.maintenance[3] = format::move_record_checksum(from_word, to_word);
-          t.persist_barrier();
-          store_volatile(&t.maintenance[0], format::kMoveInProgress);
-          t.persist_barrier();
+          t.writes.store(&t.maintenance[1], from_word);
+          t.writes.store(&t.maintenance[2], to_word);
+          t.writes.store(&t.maintenance[3], format::move_record_checksum(from_word, to_word));
+          t.writes.barrier();
+          t.writes.store(&t.maintenance[0], format::kMoveInProgress);
+          t.writes.barrier();
         }
         link_slot<A>(t, qs.level, qs.bucket, qs.slot, qs.tag_index, q.key, q.published, q.tag, value);
         clear_slot<A>(t, from_level, from_bucket, from_slot, from_tag, q.tag);
         if (t.maintenance) {
-          store_volatile(&t.maintenance[0], format::kMoveIdle);
-          t.persist_barrier();
+          t.writes.store(&t.maintenance[0], format::kMoveIdle);
+          t.writes.barrier();
         }
-        atomicAdd(&t.counters->moves, 1ull);
+        atomicAdd(&ctx.counters->moves, 1ull);
         moved = true;
       }
       if (__any_sync(kFullMask, moved)) return true;
@@ -466,14 +489,14 @@ struct WarpOps {
         }
         if (flags.table_exhausted) {
           *failed_full = true;
-          if (have_word && t.has_heap && lane == 0) release_cell(t, word);
+          if (have_word && t.has_heap && lane == 0) release_cell(ctx, word);
           return RunResult::kDone;
         }
-        if (have_word && t.has_heap && lane == 0) release_cell(t, word);
+        if (have_word && t.has_heap && lane == 0) release_cell(ctx, word);
         return RunResult::kNeedSlot;
       }
       if (!have_word) {
-        word = new_value_word(bv.value(i));
+        word = new_value_word(bv.value(i), p.hash[0]);
         if (t.has_heap && word == kNoCell) return RunResult::kNeedCell;
         have_word = true;
       }
@@ -490,22 +513,22 @@ struct WarpOps {
 
   // One operation (a run of length one, or the slow path's one-at-a-time fallback).
   __device__ RunResult single(const KeyProbe<T>& p, uint32_t i, const SlowPathFlags& flags) {
-    if (reserved(p)) {
-      if (lane == 0) bv.status[i] = static_cast<uint8_t>(OpStatus::kReservedKey);
+    const Op op = bv.op(i);
+    if (!is_valid_op(op) || reserved(p)) {
+      if (lane == 0) bv.status[i] = static_cast<uint8_t>(is_valid_op(op) ? OpStatus::kReservedKey : OpStatus::kInvalidOp);
       return RunResult::kDone;
     }
     LaneSlot<T> ls = lane_slot(t, p, lane);
     WarpProbe r = warp_probe<A>(t, p, ls, lane);
-    const Op op = bv.op(i);
     if (op != Op::kSearch && __popc(r.found) > 1) remove_duplicates(r, ls, p);
     const bool present = r.found != 0;
     OpStatus status = status_of(op, present);
     RunResult result = RunResult::kDone;
     bool failed_full = false;
     if (op == Op::kSearch) {
-      if (present) copy_stored_value(value_word_at(r, ls), bv.out(i));
+      if (present && !copy_stored_value(value_word_at(r, ls), bv.out(i), p.hash[0])) status = OpStatus::kCorruptValue;
     } else if (present && (op == Op::kUpsert || op == Op::kUpdate)) {
-      result = write_value(r, ls, bv.value(i));
+      result = write_value(r, ls, bv.value(i), p.hash[0]);
       if (result == RunResult::kNeedCell && flags.heap_exhausted) result = RunResult::kDone, status = OpStatus::kHeapFull;
     } else if (present && op == Op::kErase) {
       erase(r, ls, p);
@@ -523,7 +546,10 @@ struct WarpOps {
   __device__ RunResult group(const KeyProbe<T>& p, size_t begin, size_t end, const SlowPathFlags& flags) {
     if (end - begin == 1) return single(p, bv.op_index(begin), flags);
     if (reserved(p)) {
-      for (size_t pos = begin + lane; pos < end; pos += 32) bv.status[bv.op_index(pos)] = static_cast<uint8_t>(OpStatus::kReservedKey);
+      for (size_t pos = begin + lane; pos < end; pos += 32) {
+        const uint32_t i = bv.op_index(pos);
+        bv.status[i] = static_cast<uint8_t>(is_valid_op(bv.op(i)) ? OpStatus::kReservedKey : OpStatus::kInvalidOp);
+      }
       return RunResult::kDone;
     }
     LaneSlot<T> ls = lane_slot(t, p, lane);
@@ -546,9 +572,7 @@ struct WarpOps {
       Transition exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
       if (lane == 0) exclusive = kIdentity;
       const KeyState s = apply(exclusive, carry);
-      if (active) {
-        answer_in_run(t, bv, i, op, s, begin, stored);
-      }
+      if (active) answer_in_run(t, bv, i, op, s, begin, stored, p.hash[0]);
       carry = apply(__shfl_sync(kFullMask, inclusive, 31), carry);
     }
     __syncwarp();
@@ -556,7 +580,7 @@ struct WarpOps {
     if (present && !carry.present) {
       erase(r, ls, p);
     } else if (present && carry.present && carry.source != kFromTable) {
-      RunResult res = write_value(r, ls, bv.value(bv.op_index(begin + carry.source)));
+      RunResult res = write_value(r, ls, bv.value(bv.op_index(begin + carry.source)), p.hash[0]);
       if (res != RunResult::kDone) return fallback(begin, end, flags, res);
     } else if (!present && carry.present) {
       bool failed_full = false;

@@ -1,0 +1,114 @@
+#include "options.h"
+
+#include <arpa/inet.h>
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+
+namespace gphash::server {
+
+namespace {
+
+// memcached's size syntax for -I: a number with an optional k or m suffix.
+uint64_t parse_size(const std::string& text) {
+  size_t used = 0;
+  const unsigned long long n = std::stoull(text, &used);
+  uint64_t mult = 1;
+  if (used < text.size()) {
+    const char s = static_cast<char>(std::tolower(text[used]));
+    if (used + 1 != text.size() || (s != 'k' && s != 'm')) throw std::invalid_argument("bad size");
+    mult = s == 'k' ? 1024 : 1024 * 1024;
+  }
+  return n * mult;
+}
+
+bool is_loopback(const std::string& address) {
+  in_addr a{};
+  if (inet_pton(AF_INET, address.c_str(), &a) == 1) return (ntohl(a.s_addr) >> 24) == 127;
+  return address == "localhost";
+}
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::cerr << "gphash-server: " << message << "\nRun with --help for the options.\n";
+  std::exit(2);
+}
+
+}  // namespace
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  CLI::App app{"gphash-server: a memcached-compatible key-value server on a gphash signature index"};
+  app.set_version_flag("-V,--version", "gphash-server 0.1.0 (memcached protocol 1.6)");
+  std::string item_size = "1m", mode = "cache", engine = "cpu";
+  int64_t period_us = o.batch_period.count();
+  app.add_option("-p,--port", o.port, "TCP port (default 11211; 0 picks a free one and prints it)")->check(CLI::Range(0, 65535));
+  app.add_option("-l,--listen", o.listen, "address to listen on (default 127.0.0.1)");
+  app.add_option("-m,--memory-limit", o.memory_mb, "item memory in megabytes (default 64)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-c,--conn-limit", o.max_connections, "most simultaneous connections (default 1024)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-t,--threads", o.threads, "receiver/sender threads (default 4)")->check(CLI::Range(1, 256));
+  app.add_flag("-v,--verbose", o.verbose, "log connections (-vv: and every request)");
+  app.add_option("-U,--udp-port", o.udp_port, "UDP port: only 0 (off) is supported")->check(CLI::Range(0, 65535));
+  app.add_option("-I,--max-item-size", item_size, "largest item, e.g. 1m (default), 512k; 1k to 1024m");
+  app.add_option("-Y,--auth-file", o.auth_file, "memcached ASCII authentication: file of user:password lines")->check(CLI::ExistingFile);
+  app.add_flag("--allow-public", o.allow_public, "allow a non-loopback -l without -Y (prints a warning)");
+  app.add_option("--mode", mode, "cache (memcached: evicts, volatile) or store (persistent, never evicts)")->check(CLI::IsMember({"cache", "store"}));
+  app.add_option("--pool", o.pool, "store mode: pool NAME (/dev/shm/NAME.index and .items) or a path prefix");
+  app.add_option("--engine", engine, "index engine: cpu (default) or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
+  app.add_option("--index-threads", o.index_threads, "CPU engine threads for index batches (default 1)")->check(CLI::Range(1, 256));
+  app.add_option("--batch-size", o.batch_size, "start a round at this many pending commands (default 256)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--batch-period-us", period_us, "... or when the oldest has waited this long (default 0: at once, batching what arrives during a round)")->check(CLI::Range(0, 1000000));
+  app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
+  app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
+  app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::CallForVersion& e) {
+    std::exit(app.exit(e));
+  } catch (const CLI::ParseError& e) {
+    usage_error(e.what());
+  }
+  o.batch_period = std::chrono::microseconds(period_us);
+  o.mode = mode == "store" ? kv::Mode::kStore : kv::Mode::kCache;
+  o.engine = engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
+  uint64_t item = 0;
+  try {
+    item = parse_size(item_size);
+  } catch (const std::exception&) {
+    usage_error("-I,--max-item-size: '" + item_size + "' is not a size (a number with an optional k or m)");
+  }
+  if (item < 1024 || item > (uint64_t{1} << 30)) usage_error("-I,--max-item-size: must be between 1k and 1024m");
+  if (item > o.memory_mb * (1 << 20) / 2) usage_error("-I,--max-item-size: cannot be larger than half of -m (" + std::to_string(o.memory_mb) + " MB)");
+  o.item_size_max = static_cast<uint32_t>(item);
+  if (o.udp_port != 0) usage_error("-U,--udp-port: UDP is not supported (it invites amplification attacks); use -U 0 or leave it out");
+  if (o.mode == kv::Mode::kStore && o.pool.empty()) usage_error("--pool: store mode needs a pool name");
+  if (o.mode == kv::Mode::kCache && !o.pool.empty()) usage_error("--pool: only store mode keeps a pool (add --mode store)");
+  if (!is_loopback(o.listen) && o.auth_file.empty()) {
+    if (!o.allow_public)
+      usage_error("-l,--listen: " + o.listen + " is not a loopback address; anyone who reaches it could read and change every item. "
+                  "Use -Y with an auth file, or --allow-public to accept that");
+    std::cerr << "gphash-server: WARNING: listening on " << o.listen << " without authentication (-Y): anyone who reaches it can read and change every item\n";
+  }
+  return o;
+}
+
+std::vector<std::pair<std::string, std::string>> read_auth_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read the auth file " + path);
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || colon == 0) throw std::runtime_error("auth file " + path + ": expected user:password lines");
+    out.emplace_back(line.substr(0, colon), line.substr(colon + 1));
+  }
+  if (out.empty()) throw std::runtime_error("auth file " + path + " has no user:password line");
+  return out;
+}
+
+}  // namespace gphash::server

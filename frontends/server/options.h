@@ -1,0 +1,43 @@
+// Command-line options, named like memcached's where memcached has one.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gphash/config.h"
+#include "kv/kv_store.h"
+
+namespace gphash::server {
+
+struct Options {
+  uint16_t port = 11211;                // -p
+  std::string listen = "127.0.0.1";     // -l: loopback unless asked
+  uint64_t memory_mb = 64;              // -m
+  uint32_t max_connections = 1024;      // -c
+  int threads = 4;                      // -t: receiver/sender threads
+  int verbose = 0;                      // -v, -vv
+  uint32_t udp_port = 0;                // -U: must stay 0 (no UDP listener)
+  uint32_t item_size_max = 1 << 20;     // -I
+  std::string auth_file;                // -Y: memcached's ASCII authentication
+  bool allow_public = false;            // --allow-public: bind a non-loopback address without -Y
+  kv::Mode mode = kv::Mode::kCache;     // --mode
+  std::string pool;                     // --pool (store mode)
+  EngineKind engine = EngineKind::kCpu; // --engine
+  int index_threads = 1;                // --index-threads
+  size_t batch_size = 256;              // --batch-size: a round starts at this many commands...
+  std::chrono::microseconds batch_period{0};   // --batch-period-us: ...or when the oldest waited this long
+  size_t conn_buffer_limit = 4 << 20;   // --conn-buffer-limit: per connection, queued input and unsent output
+  double growth_factor = 1.25;          // -f
+  bool force_flush = false;             // --force-flush
+};
+
+// Parses argv. Prints usage or an error naming the option and exits (0 for --help, 2 for a
+// usage error) when it cannot return options.
+Options parse_options(int argc, char** argv);
+
+// Reads a -Y file: "user:password" per line. Throws std::runtime_error naming the file.
+std::vector<std::pair<std::string, std::string>> read_auth_file(const std::string& path);
+
+}  // namespace gphash::server

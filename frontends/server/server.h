@@ -1,0 +1,174 @@
+// gphash-server's threads, Mega-KV's pipeline:
+//
+//   workers (receivers + senders)          scheduler                     KvStore
+//   epoll, read, parse, queue per conn --> rounds: batch-size or period --> search batch,
+//   build replies in request order    <--  results, per worker             resolve, write batches
+//
+// A worker owns its connections: it reads and parses their requests, hands the ones that need
+// the store to the scheduler, and when their round is done builds the replies in request order
+// and writes them. The scheduler runs one round at a time on the KvStore. Why the workers also
+// send: a reply is built on the thread that owns the socket, so no socket changes hands; the
+// round only fills in results (docs/PROTOCOL.md, "Design", has the measurement).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_store.h"
+#include "options.h"
+#include "parser.h"
+#include "request.h"
+
+namespace gphash::server {
+
+inline constexpr char kVersion[] = "1.6.18-gphash";  // memccapable reads "1.6" from it
+
+class Worker;
+
+struct Connection {
+  int fd = -1;
+  uint64_t id = 0;
+  std::string in;            // bytes read, not yet parsed (from in_start)
+  size_t in_start = 0;
+  uint64_t swallow = 0;      // bytes of a refused data block still to discard
+  std::deque<std::unique_ptr<Request>> queue;  // requests in arrival order, not yet answered
+  size_t queued_bytes = 0;
+  std::string out;           // reply bytes not yet written (from out_start)
+  size_t out_start = 0;
+  uint32_t in_flight = 0;    // requests at the scheduler
+  uint32_t events = 0;       // the epoll interest set now
+  bool closing = false;      // read nothing more; close once the replies are out
+  bool dead = false;         // the socket is closed; kept until in_flight is 0
+  bool discarded = false;    // dead and nothing in flight: deleted at the end of the loop pass
+  bool authenticated = false;
+};
+
+// Counters the workers keep for `stats` and for the time breakdown.
+struct ServerCounters {
+  std::atomic<uint64_t> curr_connections{0}, total_connections{0}, rejected_connections{0};
+  std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, conn_yields{0}, reads_paused{0};
+  std::atomic<uint64_t> read_ns{0}, parse_ns{0}, reply_ns{0}, write_ns{0};
+  std::atomic<uint64_t> auth_cmds{0}, auth_errors{0};
+};
+
+struct Submission {
+  Request* request;
+  Connection* conn;
+  Worker* worker;
+};
+
+// Mega-KV's scheduler: forms rounds from the requests the receivers queued and runs them on the
+// KvStore, one at a time. A round starts when --batch-size commands wait or the oldest has waited
+// --batch-period-us. Who runs it: the receiver whose submission makes it due when no round is
+// running (no thread handoff on the common path: the dominant cost on a small machine, see
+// docs/PROTOCOL.md), otherwise the scheduler thread when the period expires. Requests that arrive
+// during a round form the next one, so under load the rounds grow, as Mega-KV's batches do.
+class Scheduler {
+ public:
+  Scheduler(kv::KvStore& store, const Options& options);
+  ~Scheduler();
+  // Queues a receiver's requests (takes the batch's elements). If that makes a round due, the
+  // caller runs it; its own connections whose requests completed are appended to `own_done`.
+  void submit(std::vector<Submission>& batch, std::vector<Connection*>& own_done);
+  void stop();  // finishes every submitted request, then ends the thread
+
+  struct Stats {
+    std::atomic<uint64_t> rounds{0}, commands{0}, wait_ns{0}, round_ns{0}, max_round{0};
+    std::atomic<uint64_t> by_size{0}, by_period{0};
+  };
+  const Stats& stats() const { return stats_; }
+  std::vector<kv::SlabClassStats> slab_snapshot() const;
+
+ private:
+  void run();
+  bool due(std::chrono::steady_clock::time_point now) const;
+  void drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done);
+  void execute_round(Worker* self, std::vector<Connection*>& own_done);
+
+  kv::KvStore& store_;
+  const size_t threshold_;
+  const std::chrono::microseconds period_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Submission> queue_;
+  size_t queued_commands_ = 0;
+  std::chrono::steady_clock::time_point first_arrival_;
+  bool running_ = false;  // a round is being run (by a receiver or the scheduler thread)
+  bool stopping_ = false;
+  // The round being run; only the thread that set running_ touches these.
+  std::vector<Submission> round_;
+  std::vector<kv::KvCommand*> cmds_;
+  std::unordered_map<Worker*, std::vector<Connection*>> done_;
+  mutable std::mutex slab_mu_;
+  std::vector<kv::SlabClassStats> slabs_;
+  Stats stats_;
+  std::thread thread_;
+};
+
+struct ServerContext {
+  Options options;
+  kv::KvStore* store = nullptr;
+  Scheduler* scheduler = nullptr;
+  ServerCounters counters;
+  std::vector<std::pair<std::string, std::string>> auth;
+  std::chrono::system_clock::time_point started = std::chrono::system_clock::now();
+  std::atomic<bool> stopping{false};
+  std::atomic<int> verbosity{0};
+  int listen_fd = -1;
+  std::vector<Worker*> workers;
+};
+
+class Worker {
+ public:
+  Worker(ServerContext& ctx, int id);
+  ~Worker();
+  void start();
+  void join();
+  void wake();
+  // Scheduler thread: these requests' rounds are done.
+  void complete(std::vector<Connection*>& conns);
+
+ private:
+  void run();
+  void accept_connections();
+  void on_event(Connection* c, uint32_t events);
+  void read_input(Connection* c);
+  void parse_input(Connection* c);
+  void admit(Connection* c, std::unique_ptr<Request> req);
+  void flush(Connection* c);
+  bool flush_once(Connection* c);
+  void discard(Connection* c);
+  void handle_completions(std::vector<Connection*>& conns);
+  void update_interest(Connection* c);
+  bool may_read(const Connection* c) const;
+  void close_connection(Connection* c);
+  void finish_stats(Request& req);
+
+  ServerContext& ctx_;
+  int id_;
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+  ParserLimits limits_;
+  std::vector<char> scratch_;  // recv buffer
+  std::vector<Submission> submissions_;
+  std::vector<std::unique_ptr<Connection>> conns_;  // owned; index = slot
+  std::mutex completed_mu_;
+  std::vector<Connection*> completed_;
+  std::vector<Connection*> completed_local_;
+  uint64_t next_id_ = 0;
+  std::thread thread_;
+};
+
+// Renders `stats [args]` (general, settings, items, slabs, sizes... as memcached names them).
+std::string render_stats(const ServerContext& ctx, std::string_view args);
+
+}  // namespace gphash::server

@@ -1,0 +1,403 @@
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "reply.h"
+#include "server.h"
+
+namespace gphash::server {
+
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr int kMaxEvents = 256;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Connections are epoll data; the listening socket and the wake-up eventfd are told apart by
+// these two tags (a Connection* is never this small).
+constexpr uintptr_t kListenTag = 1;
+constexpr uintptr_t kWakeTag = 2;
+
+}  // namespace
+
+Worker::Worker(ServerContext& ctx, int id) : ctx_(ctx), id_(id), scratch_(kReadChunk) {
+  limits_.item_size_max = ctx.options.item_size_max;
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || event_fd_ < 0) throw std::runtime_error(std::string("epoll/eventfd: ") + std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeTag;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
+  // Every worker waits on the listening socket; EPOLLEXCLUSIVE wakes one of them per connection.
+  ev.events = EPOLLIN | EPOLLEXCLUSIVE;
+  ev.data.u64 = kListenTag;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ctx.listen_fd, &ev);
+}
+
+Worker::~Worker() {
+  for (auto& c : conns_)
+    if (c && !c->dead) ::close(c->fd);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (event_fd_ >= 0) ::close(event_fd_);
+}
+
+void Worker::start() { thread_ = std::thread([this] { run(); }); }
+void Worker::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof one);
+}
+
+void Worker::complete(std::vector<Connection*>& conns) {
+  {
+    std::lock_guard lock(completed_mu_);
+    completed_.insert(completed_.end(), conns.begin(), conns.end());
+  }
+  wake();
+}
+
+void Worker::run() {
+  epoll_event events[kMaxEvents];
+  bool listening = true;
+  std::chrono::steady_clock::time_point drain_deadline{};
+  for (;;) {
+    const int n = epoll_wait(epoll_fd_, events, kMaxEvents, ctx_.stopping ? 20 : -1);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = events[i].data.u64;
+      if (tag == kWakeTag) {
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(event_fd_, &v, sizeof v);
+      } else if (tag == kListenTag) {
+        if (listening) accept_connections();
+      } else {
+        on_event(reinterpret_cast<Connection*>(tag), events[i].events);
+      }
+    }
+    // Completions from the scheduler: one entry per request that was in a round.
+    {
+      std::lock_guard lock(completed_mu_);
+      completed_local_.swap(completed_);
+    }
+    handle_completions(completed_local_);
+    // Requests parsed in this pass go to the scheduler; if that runs their round here, the
+    // answered connections of this worker come back at once (and answering them may parse more).
+    while (!submissions_.empty()) {
+      ctx_.scheduler->submit(submissions_, completed_local_);
+      handle_completions(completed_local_);
+    }
+    std::erase_if(conns_, [](const std::unique_ptr<Connection>& c) { return c->discarded; });
+
+    if (ctx_.stopping) {
+      // SIGTERM: stop accepting and reading; answer what was read; then close everything.
+      if (listening) {
+        epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, ctx_.listen_fd, nullptr);
+        listening = false;
+        drain_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        for (auto& c : conns_)
+          if (!c->dead) {
+            c->closing = true;
+            if (c->queue.empty() && c->out.size() == c->out_start) close_connection(c.get());
+            else update_interest(c.get());
+          }
+      }
+      bool busy = false;
+      for (auto& c : conns_) busy |= c->in_flight > 0 || (!c->dead && c->out.size() > c->out_start);
+      if (!busy || std::chrono::steady_clock::now() > drain_deadline) {
+        for (auto& c : conns_)
+          if (!c->dead) close_connection(c.get());
+        std::erase_if(conns_, [](const std::unique_ptr<Connection>& c) { return c->discarded; });
+        if (!busy) return;
+        // Deadline passed with requests still at the scheduler: wait for them (they finish).
+        bool in_flight = false;
+        for (auto& c : conns_) in_flight |= c->in_flight > 0;
+        if (!in_flight) return;
+      }
+    }
+  }
+}
+
+// One entry per request whose round is done.
+void Worker::handle_completions(std::vector<Connection*>& conns) {
+  for (Connection* c : conns) {
+    --c->in_flight;
+    if (c->dead) {
+      // The client went away: drop the answered requests, free it when nothing is in flight.
+      while (!c->queue.empty() && c->queue.front()->done.load(std::memory_order_acquire)) {
+        release_items(*c->queue.front(), *ctx_.store);
+        c->queue.pop_front();
+      }
+      if (c->in_flight == 0) discard(c);
+    } else {
+      flush(c);
+    }
+  }
+  conns.clear();
+}
+
+void Worker::accept_connections() {
+  for (;;) {
+    const int fd = accept4(ctx_.listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN (another worker took it) or a transient error
+    if (ctx_.counters.curr_connections >= ctx_.options.max_connections) {
+      // memcached's answer at its connection limit.
+      static constexpr char kTooMany[] = "ERROR Too many open connections\r\n";
+      [[maybe_unused]] ssize_t w = ::send(fd, kTooMany, sizeof kTooMany - 1, MSG_NOSIGNAL);
+      ::close(fd);
+      ctx_.counters.rejected_connections++;
+      continue;
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    auto c = std::make_unique<Connection>();
+    c->fd = fd;
+    c->id = (static_cast<uint64_t>(id_) << 48) | next_id_++;
+    c->authenticated = ctx_.auth.empty();
+    c->events = EPOLLIN | EPOLLRDHUP;
+    epoll_event ev{};
+    ev.events = c->events;
+    ev.data.u64 = reinterpret_cast<uintptr_t>(c.get());
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      ::close(fd);
+      continue;
+    }
+    ctx_.counters.curr_connections++;
+    ctx_.counters.total_connections++;
+    if (ctx_.verbosity > 0) std::fprintf(stderr, "<%d new connection %llu\n", fd, static_cast<unsigned long long>(c->id));
+    conns_.push_back(std::move(c));
+  }
+}
+
+void Worker::on_event(Connection* c, uint32_t events) {
+  if (c->dead) return;
+  if (events & EPOLLOUT) flush(c);
+  if (c->dead) return;
+  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_input(c);
+}
+
+bool Worker::may_read(const Connection* c) const {
+  const size_t limit = ctx_.options.conn_buffer_limit;
+  return !c->closing && c->queued_bytes < limit && c->out.size() - c->out_start < limit;
+}
+
+void Worker::update_interest(Connection* c) {
+  if (c->dead) return;
+  uint32_t want = EPOLLRDHUP;
+  if (may_read(c)) want |= EPOLLIN;
+  else ctx_.counters.reads_paused++;
+  if (c->out.size() > c->out_start) want |= EPOLLOUT;
+  if (want == c->events) return;
+  c->events = want;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.u64 = reinterpret_cast<uintptr_t>(c);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+void Worker::read_input(Connection* c) {
+  const uint64_t t0 = now_ns();
+  bool eof = false;
+  // Read while there is room; a data block being assembled may need up to the item size more.
+  for (int rounds = 0; rounds < 16 && may_read(c); ++rounds) {
+    if (c->in_start > 0 && (c->in_start == c->in.size() || c->in_start > c->in.size() / 2)) {
+      c->in.erase(0, c->in_start);
+      c->in_start = 0;
+    }
+    // Into the worker's scratch buffer first: an idle connection then holds no read buffer
+    // (1,000 connections would otherwise pin 64 KiB each).
+    const ssize_t n = ::recv(c->fd, scratch_.data(), scratch_.size(), 0);
+    if (n <= 0) {
+      if (n == 0) eof = true;
+      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) eof = true;
+      break;
+    }
+    c->in.append(scratch_.data(), static_cast<size_t>(n));
+    ctx_.counters.bytes_read += static_cast<uint64_t>(n);
+    parse_input(c);
+    if (c->in_start == c->in.size()) {
+      c->in.clear();
+      c->in_start = 0;
+      if (c->in.capacity() > kReadChunk) c->in.shrink_to_fit();
+    }
+    if (static_cast<size_t>(n) < scratch_.size()) break;
+  }
+  ctx_.counters.read_ns += now_ns() - t0;
+  if (eof) {
+    close_connection(c);
+    return;
+  }
+  flush(c);
+}
+
+void Worker::parse_input(Connection* c) {
+  const uint64_t t0 = now_ns();
+  while (!c->closing) {
+    if (c->swallow > 0) {
+      const uint64_t n = std::min<uint64_t>(c->swallow, c->in.size() - c->in_start);
+      c->in_start += n;
+      c->swallow -= n;
+      if (c->swallow > 0) break;
+    }
+    const std::string_view input(c->in.data() + c->in_start, c->in.size() - c->in_start);
+    if (input.empty()) break;
+    auto req = std::make_unique<Request>();
+    const ParseResult r = parse_request(input, limits_, *req);
+    if (r.outcome == ParseOutcome::kNeedMore) break;
+    if (r.outcome == ParseOutcome::kClose) {
+      // Binary protocol, or a line too long to be a command: memcached closes too.
+      c->closing = true;
+      c->in_start = c->in.size();
+      break;
+    }
+    c->in_start += r.consumed;
+    c->swallow = r.swallow;
+    admit(c, std::move(req));
+  }
+  ctx_.counters.parse_ns += now_ns() - t0;
+}
+
+// Queues a parsed request in order; those that need the store go to the scheduler.
+void Worker::admit(Connection* c, std::unique_ptr<Request> req) {
+  if (!c->authenticated) {
+    // memcached's ASCII authentication: the first command must be a set whose value is
+    // "user password"; anything else is refused.
+    ctx_.counters.auth_cmds++;
+    bool ok = false;
+    if (req->verb == Verb::kSet && !req->cmds.empty()) {
+      const std::string_view v = req->cmds.front().value;
+      const size_t space = v.find(' ');
+      if (space != std::string_view::npos)
+        for (const auto& [user, pass] : ctx_.auth)
+          if (v.substr(0, space) == user && v.substr(space + 1) == pass) ok = true;
+      req->reply = ok ? "STORED\r\n" : "CLIENT_ERROR authentication failure\r\n";
+      if (!ok) ctx_.counters.auth_errors++;
+    } else {
+      req->reply = "CLIENT_ERROR unauthenticated\r\n";
+    }
+    c->authenticated = ok;
+    req->verb = Verb::kReply;
+    req->cmds.clear();
+  }
+  if (ctx_.verbosity > 1) {
+    std::fprintf(stderr, "<%d %.*s\n", c->fd, static_cast<int>(std::min<size_t>(req->bytes.find('\n'), 200)), req->bytes.c_str());
+  }
+  if (req->verb == Verb::kQuit) c->closing = true;
+  c->queued_bytes += req->footprint();
+  if (req->needs_store()) {
+    submissions_.push_back({req.get(), c, this});
+    ++c->in_flight;
+  } else {
+    req->done.store(true, std::memory_order_relaxed);
+  }
+  c->queue.push_back(std::move(req));
+}
+
+// Builds the replies of the answered requests at the front of the queue (in request order) and
+// writes them, while the unsent output stays under the connection's limit.
+void Worker::flush(Connection* c) {
+  for (;;) {
+    if (c->dead) return;
+    if (!flush_once(c)) break;
+  }
+  update_interest(c);
+}
+
+// Returns true when it parsed new input that may be answerable at once (flush again).
+bool Worker::flush_once(Connection* c) {
+  const uint64_t t0 = now_ns();
+  const size_t limit = ctx_.options.conn_buffer_limit;
+  bool quit = false;
+  while (!c->queue.empty() && c->out.size() - c->out_start < limit) {
+    Request& req = *c->queue.front();
+    if (!req.done.load(std::memory_order_acquire)) break;
+    if (req.verb == Verb::kStats) {
+      finish_stats(req);
+    } else if (req.verb == Verb::kReply && req.reply == "VERSION") {
+      req.reply = std::string("VERSION ") + kVersion + "\r\n";
+    }
+    if (req.verb == Verb::kQuit) {
+      quit = true;
+    } else {
+      append_reply(c->out, req, *ctx_.store);
+    }
+    c->queued_bytes -= req.footprint();
+    c->queue.pop_front();
+    if (quit) break;
+  }
+  const uint64_t t1 = now_ns();
+  ctx_.counters.reply_ns += t1 - t0;
+  while (c->out.size() > c->out_start) {
+    const ssize_t n = ::send(c->fd, c->out.data() + c->out_start, c->out.size() - c->out_start, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      ctx_.counters.write_ns += now_ns() - t1;
+      close_connection(c);
+      return false;
+    }
+    c->out_start += static_cast<size_t>(n);
+    ctx_.counters.bytes_written += static_cast<uint64_t>(n);
+  }
+  ctx_.counters.write_ns += now_ns() - t1;
+  if (c->out_start == c->out.size()) {
+    c->out.clear();
+    c->out_start = 0;
+    if (c->out.capacity() > kReadChunk) c->out.shrink_to_fit();  // a large reply's buffer goes back
+  } else if (c->out_start > (1 << 20)) {
+    c->out.erase(0, c->out_start);
+    c->out_start = 0;
+  }
+  if (quit || (c->closing && c->queue.empty() && c->out.empty())) {
+    close_connection(c);
+    return false;
+  }
+  // Input read while paused may hold complete requests: parse them now that there is room.
+  if (may_read(c) && c->in.size() > c->in_start) {
+    const size_t before = c->queue.size();
+    parse_input(c);
+    return c->queue.size() != before && c->queue.front()->done.load(std::memory_order_acquire);
+  }
+  return false;
+}
+
+void Worker::close_connection(Connection* c) {
+  if (c->dead) return;
+  if (ctx_.verbosity > 0) std::fprintf(stderr, "<%d connection closed\n", c->fd);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+  ::close(c->fd);
+  c->dead = true;
+  ctx_.counters.curr_connections--;
+  // Answered requests give back the items they hold; those at the scheduler are dropped when
+  // their round comes back (the Connection lives until then).
+  if (c->in_flight == 0) discard(c);
+}
+
+// Frees a closed connection once no round holds its requests, giving back the items they hold.
+// (It is deleted at the end of the event loop's pass, so no caller holds a dangling pointer.)
+void Worker::discard(Connection* c) {
+  for (auto& r : c->queue) release_items(*r, *ctx_.store);
+  c->queue.clear();
+  c->discarded = true;
+}
+
+void Worker::finish_stats(Request& req) {
+  req.verb = Verb::kReply;
+  req.reply = render_stats(ctx_, req.stats_args);
+}
+
+}  // namespace gphash::server

@@ -1,0 +1,742 @@
+#include "kv/kv_store.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <unordered_map>
+
+#include "gphash/error.h"
+#include "gphash/table.h"
+#include "kv/kv_error.h"
+
+namespace gphash::kv {
+
+namespace {
+
+constexpr int64_t kRelativeExptimeMax = 60 * 60 * 24 * 30;  // memcached: up to 30 days is relative
+constexpr size_t kSearchChunk = 1 << 20;                     // recovery searches in batches of this
+
+uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since).count());
+}
+
+// memcached's number rules for incr/decr on a stored value: optional leading whitespace, digits,
+// optional trailing whitespace (a shorter result is padded with spaces, see resolve_arith).
+bool parse_counter(std::string_view s, uint64_t& out) {
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  if (i == s.size()) return false;
+  uint64_t v = 0;
+  size_t digits = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i, ++digits) {
+    const uint64_t d = static_cast<uint64_t>(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  if (digits == 0) return false;
+  for (; i < s.size(); ++i)
+    if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return false;
+  out = v;
+  return true;
+}
+
+std::string pool_file(const std::string& pool, const char* suffix) {
+  if (pool.find('/') != std::string::npos) return pool + suffix;
+  return "/dev/shm/" + pool + suffix;
+}
+std::string pool_spec(const std::string& pool, const char* suffix) { return pool + suffix; }
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+// The index: a gphash Table from 16-byte signatures to 8-byte item locations.
+struct KvStore::Index {
+  Table table;
+  std::vector<OpStatus> status;
+
+  void run(Op op, const Signature* keys, const Location* values, Location* out, size_t n) {
+    if (n == 0) return;
+    status.resize(n);
+    Batch b;
+    b.size = n;
+    b.key_width = sizeof(Signature);
+    b.value_width = sizeof(Location);
+    b.op = op;
+    b.keys = keys;
+    b.values = values;
+    b.values_out = out;
+    b.status = status.data();
+    table.execute(b);
+  }
+};
+
+// The state of one round: the signatures it touches, what the index held for them when the round
+// began (`found`) and what it will hold when the round commits (`head`, the overlay).
+struct KvStore::Round {
+  std::vector<Signature> sigs;
+  std::vector<Location> found;
+  std::vector<Location> head;
+  std::vector<uint8_t> dirty;
+  std::unordered_map<Signature, uint32_t, SignatureHash> slot;
+  std::vector<uint32_t> cmd_slot;
+  std::vector<std::vector<Location>> victims;  // per class: eviction candidates searched ahead
+
+  void clear() {
+    sigs.clear();
+    found.clear();
+    head.clear();
+    dirty.clear();
+    slot.clear();
+    cmd_slot.clear();
+    for (auto& v : victims) v.clear();
+  }
+  uint32_t add(const Signature& s) {
+    auto [it, inserted] = slot.try_emplace(s, static_cast<uint32_t>(sigs.size()));
+    if (inserted) sigs.push_back(s);
+    return it->second;
+  }
+};
+
+KvStore::KvStore(const KvConfig& config)
+    : config_(config),
+      items_([&] {
+        ItemStoreConfig c;
+        c.persistent = config.mode == Mode::kStore;
+        if (c.persistent) {
+          if (config.pool.empty()) throw KvError(KvErrorCode::kInvalidArgument, "store mode needs a pool name (--pool)");
+          c.path = pool_file(config.pool, ".items");
+        }
+        c.memory_bytes = config.memory_bytes;
+        c.item_size_max = config.item_size_max;
+        c.growth_factor = config.growth_factor;
+        c.force_flush = config.force_flush;
+        return c;
+      }()),
+      round_(std::make_unique<Round>()) {
+  round_->victims.resize(items_.class_count() + 1);
+  OpenOptions options;
+  options.engine = config.engine;
+  options.threads = config.index_threads;
+  options.force_flush = config.force_flush;
+  TableConfig table_config;
+  table_config.key_width = sizeof(Signature);
+  table_config.value_width = sizeof(Location);
+  // Room for the items the memory can hold at a typical size before the first resize.
+  table_config.capacity = std::max<uint64_t>(items_.memory_bytes() / 256, 1 << 16);
+
+  if (config.mode == Mode::kCache) {
+    // A cache keeps nothing across restarts: anonymous memory, and on a GPU the faster volatile
+    // placement in GPU memory.
+    options.placement = Placement::kGpuMemory;
+    index_ = std::make_unique<Index>(Index{Table::create("mem:", table_config, options), {}});
+    return;
+  }
+  const std::string index_path = pool_file(config.pool, ".index");
+  const bool index_exists = exists(index_path);
+  if (items_.created()) {
+    if (index_exists) {
+      std::remove(pool_file(config.pool, ".items").c_str());
+      throw KvError(KvErrorCode::kCorrupt, index_path + " exists but its item store did not: remove " + index_path + " to start empty");
+    }
+    index_ = std::make_unique<Index>(Index{Table::create(pool_spec(config.pool, ".index"), table_config, options), {}});
+    return;
+  }
+  if (!index_exists)
+    throw KvError(KvErrorCode::kCorrupt, pool_file(config.pool, ".items") + " exists but its index " + index_path +
+                                             " does not: remove the .items file to start empty");
+  index_ = std::make_unique<Index>(Index{Table::open(pool_spec(config.pool, ".index"), options), {}});
+  recover();
+}
+
+KvStore::~KvStore() {
+  try {
+    if (index_) index_->table.close();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gphash-server: closing the index: %s\n", e.what());
+  }
+}
+
+std::string KvStore::index_engine() const { return index_->table.info().engine; }
+
+std::vector<SlabClassStats> KvStore::slab_stats() const { return items_.class_stats(); }
+
+// Store mode, at open: the live items are the chunks the index reaches; everything else (items
+// torn by a crash, superseded or deleted but not yet reused) is freed.
+void KvStore::recover() {
+  const auto start = std::chrono::steady_clock::now();
+  recovery_.recovered = true;
+  items_.begin_recovery();
+  std::vector<Signature> sigs;
+  std::vector<Location> locs;
+  items_.for_each_candidate([&](Location loc) {
+    sigs.push_back(config_.signature(items_.key(loc)));
+    locs.push_back(loc);
+  });
+  recovery_.scanned = locs.size();
+  std::vector<Location> heads(sigs.size(), 0);
+  for (size_t at = 0; at < sigs.size(); at += kSearchChunk) {
+    const size_t n = std::min(kSearchChunk, sigs.size() - at);
+    index_->run(Op::kSearch, sigs.data() + at, nullptr, heads.data() + at, n);
+    for (size_t i = 0; i < n; ++i)
+      if (index_->status[i] != OpStatus::kOk) heads[at + i] = 0;
+  }
+  // Walk each chain once, from its head: its members are live.
+  std::unordered_map<Location, bool> candidate;
+  candidate.reserve(locs.size());
+  for (Location loc : locs) candidate.emplace(loc, false);
+  uint64_t live = 0, max_cas = 0;
+  for (size_t i = 0; i < sigs.size(); ++i) {
+    for (Location loc = heads[i]; loc != 0;) {
+      auto it = candidate.find(loc);
+      if (it == candidate.end() || it->second) break;  // not an item, or this chain is done
+      if (!(config_.signature(items_.key(loc)) == sigs[i]))
+        throw KvError(KvErrorCode::kCorrupt, "item store and index disagree: the chain of a signature reaches an item of another key");
+      it->second = true;
+      items_.adopt(loc);
+      ++live;
+      max_cas = std::max(max_cas, items_.item(loc)->cas);
+      counters_.bytes += items_.item(loc)->key_len + items_.item(loc)->value_len;
+      loc = items_.item(loc)->chain_next;
+    }
+  }
+  items_.rebuild_free_lists();
+  next_cas_ = std::max(max_cas, items_.oldest_live_cas()) + 1;
+  counters_.curr_items = live;
+  recovery_.live = live;
+  recovery_.freed = recovery_.scanned - live;
+  recovery_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+uint32_t KvStore::absolute_exptime(int64_t exptime) const {
+  if (exptime == 0) return 0;
+  if (exptime < 0) return 1;  // already expired
+  if (exptime <= kRelativeExptimeMax) return static_cast<uint32_t>(now_ + exptime);
+  if (exptime <= now_) return 1;
+  return static_cast<uint32_t>(std::min<int64_t>(exptime, UINT32_MAX));
+}
+
+int64_t KvStore::ttl_of(const ItemHeader* h) const {
+  if (h->exptime == 0) return -1;
+  return h->exptime > now_ ? static_cast<int64_t>(h->exptime - now_) : -1;
+}
+
+bool KvStore::alive(const ItemHeader* h) const {
+  if (h->exptime != 0 && h->exptime <= now_) return false;
+  if (h->cas <= items_.oldest_live_cas()) return false;
+  const uint32_t flush_time = items_.oldest_live_time();
+  if (flush_time != 0 && flush_time <= now_ && h->stored_time <= flush_time) return false;
+  return true;
+}
+
+uint32_t KvStore::slot_of(const Signature& sig) { return round_->add(sig); }
+
+uint32_t KvStore::slot_now(const Signature& sig) {
+  Round& r = *round_;
+  auto it = r.slot.find(sig);
+  if (it != r.slot.end()) return it->second;
+  // A signature the round did not search (an eviction victim nobody planned for): search it now.
+  Location head = 0;
+  index_->run(Op::kSearch, &sig, nullptr, &head, 1);
+  if (index_->status[0] != OpStatus::kOk) head = 0;
+  const uint32_t slot = r.add(sig);
+  r.found.push_back(head);
+  r.head.push_back(head);
+  r.dirty.push_back(0);
+  counters_.search_ops++;
+  return slot;
+}
+
+// The item before `loc` in its signature's chain (0: loc is the head). Evictions during an
+// allocation can unlink items of the same chain, so callers holding a Found re-ask after one.
+Location KvStore::predecessor(uint32_t slot, Location loc) const {
+  Location pred = 0;
+  for (Location at = round_->head[slot]; at && at != loc; at = items_.item(at)->chain_next) pred = at;
+  return pred;
+}
+
+KvStore::Found KvStore::find(uint32_t slot, std::string_view key) {
+  Location pred = 0;
+  for (Location loc = round_->head[slot]; loc != 0; pred = loc, loc = items_.item(loc)->chain_next) {
+    if (items_.key(loc) != key) {
+      counters_.signature_collisions++;
+      continue;
+    }
+    ItemHeader* h = items_.item(loc);
+    if (alive(h)) return {loc, pred};
+    // Expired or flushed: gone for every purpose; reclaim it now, as memcached does on access.
+    if (h->exptime != 0 && h->exptime <= now_) {
+      counters_.reclaimed++;
+      if (!h->fetched) counters_.expired_unfetched++;
+    }
+    unlink(slot, {loc, pred});
+    return {};
+  }
+  return {};
+}
+
+void KvStore::unlink(uint32_t slot, Found f) {
+  ItemHeader* h = items_.item(f.loc);
+  if (f.pred == 0) {
+    round_->head[slot] = h->chain_next;
+    round_->dirty[slot] = 1;
+  } else {
+    ItemHeader* p = items_.item(f.pred);
+    p->chain_next = h->chain_next;
+    items_.persist(&p->chain_next, sizeof p->chain_next);
+  }
+  counters_.curr_items--;
+  counters_.bytes -= h->key_len + h->value_len;
+  retire(f.loc);
+}
+
+// `replaced` is the item the new one takes the place of in its chain (none: a new key).
+void KvStore::link_new(uint32_t slot, Location loc, Found replaced) {
+  ItemHeader* h = items_.item(loc);
+  h->chain_next = replaced.loc ? items_.item(replaced.loc)->chain_next : round_->head[slot];
+  items_.persist(h, sizeof(ItemHeader) + h->key_len + h->value_len);
+  // Only now may anything point at the item (the index batch, or a chain pointer).
+  if (replaced.loc && replaced.pred) {
+    ItemHeader* p = items_.item(replaced.pred);
+    p->chain_next = loc;
+    items_.persist(&p->chain_next, sizeof p->chain_next);
+  } else {
+    round_->head[slot] = loc;
+    round_->dirty[slot] = 1;
+  }
+  h->state = kItemLinked;
+  if (config_.mode == Mode::kCache) items_.lru_link(loc);
+  counters_.bytes += h->key_len + h->value_len;
+  counters_.total_items++;
+  if (replaced.loc) {
+    const ItemHeader* old = items_.item(replaced.loc);
+    counters_.bytes -= old->key_len + old->value_len;
+    retire(replaced.loc);
+  } else {
+    counters_.curr_items++;
+  }
+}
+
+// An unlinked item: its chunk is reused once no reply reads it (and, in store mode, once the
+// round's index batch no longer lets a restart reach it).
+void KvStore::retire(Location loc) {
+  ItemHeader* h = items_.item(loc);
+  if (config_.mode == Mode::kCache) items_.lru_unlink(loc);
+  h->state = kItemZombie;
+  if (config_.mode == Mode::kStore) {
+    deferred_.push_back(loc);
+  } else if (h->refs.load(std::memory_order_acquire) == 0) {
+    items_.release_chunk(loc);
+  } else {
+    zombies_.push_back(loc);
+  }
+}
+
+void KvStore::reap_zombies() {
+  size_t kept = 0;
+  for (Location loc : zombies_) {
+    if (items_.item(loc)->refs.load(std::memory_order_acquire) == 0) items_.release_chunk(loc);
+    else zombies_[kept++] = loc;
+  }
+  zombies_.resize(kept);
+}
+
+// Cache mode: unlinks the least recently used item of the class that no reply is reading.
+bool KvStore::evict_one(uint8_t cls) {
+  auto& planned = round_->victims[cls];
+  Location victim = 0;
+  while (!planned.empty() && !victim) {
+    const Location loc = planned.back();
+    planned.pop_back();
+    const ItemHeader* h = items_.item(loc);
+    if (h->state == kItemLinked && h->class_id == cls && h->refs.load(std::memory_order_acquire) == 0) victim = loc;
+  }
+  // As memcached, look at a bounded number of items from the tail.
+  int tries = 50;
+  for (Location loc = items_.lru_tail(cls); !victim && loc && tries-- > 0; loc = items_.item(loc)->lru_prev)
+    if (items_.item(loc)->refs.load(std::memory_order_acquire) == 0) victim = loc;
+  if (!victim) return false;
+  const std::string_view key = items_.key(victim);
+  const uint32_t slot = slot_now(config_.signature(key));
+  Location pred = 0;
+  Location loc = round_->head[slot];
+  while (loc && loc != victim) {
+    pred = loc;
+    loc = items_.item(loc)->chain_next;
+  }
+  if (!loc) return false;  // not reachable: cannot happen while the invariants hold
+  const ItemHeader* h = items_.item(victim);
+  if (alive(h)) {
+    counters_.evictions++;
+    if (!h->fetched) counters_.evicted_unfetched++;
+  } else {
+    counters_.reclaimed++;
+  }
+  unlink(slot, {victim, pred});
+  return true;
+}
+
+// Cache mode: before the search batch, pick the victims this round's stores will need, so their
+// signatures ride in the same search batch (Mega-KV: evictions go to the GPU batched).
+void KvStore::plan_evictions(std::span<KvCommand* const> round) {
+  if (config_.mode != Mode::kCache || items_.pages_assigned() < items_.page_count()) return;
+  std::vector<uint64_t> need(items_.class_count() + 1, 0);
+  for (const KvCommand* c : round)
+    if (c->op == KvOp::kStore && c->mode != StoreMode::kAppend && c->mode != StoreMode::kPrepend)
+      if (uint8_t cls = items_.class_for(c->key.size(), c->value.size())) ++need[cls];
+  const auto stats = items_.class_stats();
+  for (uint8_t cls = 1; cls < need.size(); ++cls) {
+    if (need[cls] <= stats[cls - 1].free_chunks) continue;
+    uint64_t want = need[cls] - stats[cls - 1].free_chunks;
+    for (Location loc = items_.lru_tail(cls); loc && want > 0; loc = items_.item(loc)->lru_prev) {
+      if (items_.item(loc)->refs.load(std::memory_order_acquire) != 0) continue;
+      round_->victims[cls].push_back(loc);
+      slot_of(config_.signature(items_.key(loc)));
+      --want;
+    }
+    std::reverse(round_->victims[cls].begin(), round_->victims[cls].end());  // oldest last: popped first
+  }
+}
+
+// A free chunk of the class; in cache mode evicting if needed. `pinned` (the item a command is
+// about to replace or extend) is never the victim: its refs are held across the call.
+Location KvStore::allocate(uint8_t cls, Location pinned) {
+  if (Location loc = items_.allocate(cls)) return loc;
+  if (config_.mode != Mode::kCache) return 0;
+  if (pinned) items_.item(pinned)->refs.fetch_add(1, std::memory_order_relaxed);
+  Location loc = 0;
+  for (int attempt = 0; attempt < 4 && !loc; ++attempt) {
+    if (!evict_one(cls)) break;
+    loc = items_.allocate(cls);
+  }
+  if (pinned) items_.item(pinned)->refs.fetch_sub(1, std::memory_order_relaxed);
+  return loc;
+}
+
+void KvStore::execute(std::span<KvCommand* const> round) {
+  const auto start = std::chrono::steady_clock::now();
+  now_ = static_cast<uint32_t>(std::time(nullptr));
+  Round& r = *round_;
+  r.clear();
+  if (!zombies_.empty()) reap_zombies();
+
+  r.cmd_slot.resize(round.size());
+  for (size_t i = 0; i < round.size(); ++i)
+    r.cmd_slot[i] = round[i]->op == KvOp::kFlushAll ? UINT32_MAX : slot_of(config_.signature(round[i]->key));
+  plan_evictions(round);
+
+  // Search round: what the index holds for every signature of the round, in one batch.
+  const auto search_start = std::chrono::steady_clock::now();
+  r.found.assign(r.sigs.size(), 0);
+  index_->run(Op::kSearch, r.sigs.data(), nullptr, r.found.data(), r.sigs.size());
+  for (size_t i = 0; i < r.sigs.size(); ++i)
+    if (index_->status[i] != OpStatus::kOk) r.found[i] = 0;
+  uint64_t index_ns = elapsed_ns(search_start);
+  counters_.search_ops += r.sigs.size();
+  r.head = r.found;
+  r.dirty.assign(r.sigs.size(), 0);
+
+  for (size_t i = 0; i < round.size(); ++i) resolve(*round[i], r.cmd_slot[i]);
+
+  const auto commit_start = std::chrono::steady_clock::now();
+  commit_index(round, r.cmd_slot);
+  index_ns += elapsed_ns(commit_start);
+  counters_.rounds++;
+  counters_.index_ns += index_ns;
+  counters_.resolve_ns += elapsed_ns(start) - index_ns;
+}
+
+// Insert/delete round: the overlay's changes, erases then upserts (each signature appears once,
+// so the two batches commute). In store mode the round's writes are durable when they return.
+void KvStore::commit_index(std::span<KvCommand* const> round, const std::vector<uint32_t>& cmd_slot) {
+  Round& r = *round_;
+  std::vector<Signature> erase_keys, upsert_keys;
+  std::vector<Location> upsert_values;
+  std::vector<uint32_t> erase_slots, upsert_slots;
+  for (uint32_t s = 0; s < r.sigs.size(); ++s) {
+    if (!r.dirty[s] || r.head[s] == r.found[s]) continue;
+    if (r.head[s] == 0) {
+      erase_keys.push_back(r.sigs[s]);
+      erase_slots.push_back(s);
+    } else {
+      upsert_keys.push_back(r.sigs[s]);
+      upsert_values.push_back(r.head[s]);
+      upsert_slots.push_back(s);
+    }
+  }
+  std::vector<uint8_t> failed;
+  auto check = [&](const std::vector<uint32_t>& slots) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const OpStatus st = index_->status[i];
+      if (st == OpStatus::kOk || st == OpStatus::kNotFound) continue;
+      if (failed.empty()) failed.assign(r.sigs.size(), 0);
+      failed[slots[i]] = 1;
+      std::fprintf(stderr, "gphash-server: index write failed: %s\n", to_string(st));
+    }
+  };
+  index_->run(Op::kErase, erase_keys.data(), nullptr, nullptr, erase_keys.size());
+  check(erase_slots);
+  index_->run(Op::kUpsert, upsert_keys.data(), upsert_values.data(), nullptr, upsert_keys.size());
+  check(upsert_slots);
+  counters_.write_ops += erase_keys.size() + upsert_keys.size();
+
+  if (!failed.empty()) {
+    // The index kept its old entry for these signatures: the round's writes to them are not
+    // durable. Report them as failed and keep every item the round unlinked (a restart's recovery
+    // frees what is unreachable), so nothing the index still reaches is reused.
+    for (size_t i = 0; i < round.size(); ++i)
+      if (cmd_slot[i] != UINT32_MAX && failed[cmd_slot[i]] && round[i]->op != KvOp::kGet) round[i]->status = KvStatus::kOutOfMemory;
+    deferred_.clear();
+    return;
+  }
+  for (Location loc : deferred_) {
+    if (items_.item(loc)->refs.load(std::memory_order_acquire) == 0) items_.release_chunk(loc);
+    else zombies_.push_back(loc);
+  }
+  deferred_.clear();
+}
+
+}  // namespace gphash::kv
+
+namespace gphash::kv {
+
+void KvStore::fill_item(Location loc, std::string_view key, std::string_view a, std::string_view b,
+                        uint32_t flags, uint32_t exptime, uint64_t cas) {
+  ItemHeader* h = items_.item(loc);
+  h->exptime = exptime;
+  h->client_flags = flags;
+  h->value_len = static_cast<uint32_t>(a.size() + b.size());
+  h->stored_time = now_;
+  h->last_access = now_;
+  h->key_len = static_cast<uint8_t>(key.size());
+  h->fetched = 0;
+  h->token_sent = 0;
+  h->lru_prev = h->lru_next = 0;
+  char* p = reinterpret_cast<char*>(h + 1);
+  std::memcpy(p, key.data(), key.size());
+  if (!a.empty()) std::memcpy(p + key.size(), a.data(), a.size());
+  if (!b.empty()) std::memcpy(p + key.size() + a.size(), b.data(), b.size());
+  h->cas = cas;
+}
+
+// Writes a new item holding a + b in place of `old` (or as a new key): the common end of every
+// command that stores. Returns kOk, kTooLarge or kOutOfMemory (nothing changed then).
+KvStatus KvStore::store_item(KvCommand& c, uint32_t slot, Found old, std::string_view a, std::string_view b,
+                             uint32_t flags, uint32_t exptime) {
+  const uint8_t cls = items_.class_for(c.key.size(), a.size() + b.size());
+  if (cls == 0) return KvStatus::kTooLarge;
+  const Location loc = allocate(cls, old.loc);
+  if (loc == 0) {
+    counters_.out_of_memory++;
+    return KvStatus::kOutOfMemory;
+  }
+  if (old.loc) old.pred = predecessor(slot, old.loc);  // an eviction may have changed the chain
+  const uint64_t cas = c.explicit_cas ? c.explicit_cas : next_cas_++;
+  if (c.explicit_cas >= next_cas_) next_cas_ = c.explicit_cas + 1;
+  fill_item(loc, c.key, a, b, flags, exptime, cas);
+  link_new(slot, loc, old);
+  c.cas = cas;
+  c.flags = flags;
+  c.value_len = static_cast<uint32_t>(a.size() + b.size());
+  c.ttl = ttl_of(items_.item(loc));
+  return KvStatus::kOk;
+}
+
+void KvStore::resolve(KvCommand& c, uint32_t slot) {
+  switch (c.op) {
+    case KvOp::kGet: return resolve_get(c, slot);
+    case KvOp::kStore: return resolve_store(c, slot);
+    case KvOp::kDelete: return resolve_delete(c, slot);
+    case KvOp::kArith: return resolve_arith(c, slot);
+    case KvOp::kTouch: return resolve_touch(c, slot);
+    case KvOp::kFlushAll: return flush_all(c);
+  }
+}
+
+void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
+  counters_.cmd_get++;
+  if (c.set_exptime) counters_.cmd_touch++;
+  const Found f = find(slot, c.key);
+  if (!f.loc) {
+    counters_.get_misses++;
+    if (c.set_exptime) counters_.touch_misses++;
+    c.status = KvStatus::kNotFound;
+    if (c.vivify) {
+      // mg N: create an empty item so that one client (this one) recomputes the value.
+      const KvStatus st = store_item(c, slot, {}, {}, {}, 0, absolute_exptime(c.vivify_exptime));
+      if (st == KvStatus::kOk) {
+        c.vivified = true;
+        items_.item(round_->head[slot])->token_sent = 1;  // a new key is linked at its chain's head
+      }
+    }
+    return;
+  }
+  ItemHeader* h = items_.item(f.loc);
+  counters_.get_hits++;
+  if (c.set_exptime) {
+    counters_.touch_hits++;
+    h->exptime = absolute_exptime(c.exptime);
+    items_.persist(&h->exptime, sizeof h->exptime);
+  }
+  c.status = KvStatus::kOk;
+  c.cas = h->cas;
+  c.flags = h->client_flags;
+  c.value_len = h->value_len;
+  c.ttl = ttl_of(h);
+  c.hit_before = h->fetched != 0;
+  c.token_sent = h->token_sent != 0;
+  c.last_access_ago = now_ >= h->last_access ? now_ - h->last_access : 0;
+  if (c.bump) {
+    h->fetched = 1;
+    h->last_access = now_;
+    if (config_.mode == Mode::kCache) items_.lru_bump(f.loc);
+  }
+  if (c.want_value) {
+    h->refs.fetch_add(1, std::memory_order_relaxed);
+    c.item = f.loc;
+  }
+}
+
+void KvStore::resolve_store(KvCommand& c, uint32_t slot) {
+  counters_.cmd_set++;
+  const Found f = find(slot, c.key);
+  const ItemHeader* h = f.loc ? items_.item(f.loc) : nullptr;
+  if (c.has_compare_cas) {
+    if (!h) {
+      counters_.cas_misses++;
+      c.status = KvStatus::kNotFound;
+      return;
+    }
+    if (h->cas != c.compare_cas) {
+      counters_.cas_badval++;
+      c.status = KvStatus::kExists;
+      return;
+    }
+    counters_.cas_hits++;
+  }
+  KvStatus st = KvStatus::kNotStored;
+  switch (c.mode) {
+    case StoreMode::kSet:
+      st = store_item(c, slot, f, c.value, {}, c.client_flags, absolute_exptime(c.exptime));
+      if (st == KvStatus::kOutOfMemory && h && config_.mode == Mode::kCache && !c.has_compare_cas) {
+        // As memcached: a failed set must not leave the old value to be served. (Store mode keeps
+        // it: the client was told the write failed, and a store loses nothing it acknowledged.)
+        unlink(slot, {f.loc, predecessor(slot, f.loc)});
+      }
+      break;
+    case StoreMode::kAdd:
+      if (h) {
+        if (config_.mode == Mode::kCache) items_.lru_bump(f.loc);
+        st = KvStatus::kNotStored;
+      } else {
+        st = store_item(c, slot, f, c.value, {}, c.client_flags, absolute_exptime(c.exptime));
+      }
+      break;
+    case StoreMode::kReplace:
+      st = h ? store_item(c, slot, f, c.value, {}, c.client_flags, absolute_exptime(c.exptime)) : KvStatus::kNotStored;
+      break;
+    case StoreMode::kAppend:
+    case StoreMode::kPrepend: {
+      if (!h) {
+        st = KvStatus::kNotStored;
+        break;
+      }
+      const std::string_view old(items_.value(f.loc), h->value_len);
+      // The old item keeps its flags and expiry, as in memcached.
+      st = c.mode == StoreMode::kAppend ? store_item(c, slot, f, old, c.value, h->client_flags, h->exptime)
+                                        : store_item(c, slot, f, c.value, old, h->client_flags, h->exptime);
+      break;
+    }
+  }
+  c.status = st;
+}
+
+void KvStore::resolve_delete(KvCommand& c, uint32_t slot) {
+  const Found f = find(slot, c.key);
+  if (!f.loc) {
+    counters_.delete_misses++;
+    c.status = KvStatus::kNotFound;
+    return;
+  }
+  if (c.has_compare_cas && items_.item(f.loc)->cas != c.compare_cas) {
+    c.status = KvStatus::kExists;
+    return;
+  }
+  counters_.delete_hits++;
+  unlink(slot, f);
+  c.status = KvStatus::kOk;
+}
+
+void KvStore::resolve_arith(KvCommand& c, uint32_t slot) {
+  const Found f = find(slot, c.key);
+  auto& hits = c.decrement ? counters_.decr_hits : counters_.incr_hits;
+  auto& misses = c.decrement ? counters_.decr_misses : counters_.incr_misses;
+  if (!f.loc) {
+    misses++;
+    c.status = KvStatus::kNotFound;
+    if (c.vivify) {
+      // ma N: create the counter with its initial value (J).
+      const std::string text = std::to_string(c.initial);
+      if (store_item(c, slot, {}, text, {}, 0, absolute_exptime(c.vivify_exptime)) == KvStatus::kOk) {
+        c.status = KvStatus::kOk;
+        c.number = c.initial;
+        c.vivified = true;
+      }
+    }
+    return;
+  }
+  const ItemHeader* h = items_.item(f.loc);
+  if (c.has_compare_cas && h->cas != c.compare_cas) {
+    c.status = KvStatus::kExists;
+    return;
+  }
+  const std::string_view old(items_.value(f.loc), h->value_len);
+  uint64_t value = 0;
+  if (!parse_counter(old, value)) {
+    c.status = KvStatus::kNonNumeric;
+    return;
+  }
+  if (c.decrement) value = c.delta > value ? 0 : value - c.delta;
+  else value += c.delta;  // wraps at 2^64, as memcached
+  hits++;
+  std::string text = std::to_string(value);
+  // memcached rewrites a counter in place when the new number is shorter, padding it with
+  // spaces to the old length; clients see that padding in later gets, so keep it.
+  if (text.size() < old.size()) text.append(old.size() - text.size(), ' ');
+  const uint32_t exptime = c.set_exptime ? absolute_exptime(c.exptime) : h->exptime;
+  c.status = store_item(c, slot, f, text, {}, h->client_flags, exptime);
+  c.number = value;
+}
+
+void KvStore::resolve_touch(KvCommand& c, uint32_t slot) {
+  counters_.cmd_touch++;
+  const Found f = find(slot, c.key);
+  if (!f.loc) {
+    counters_.touch_misses++;
+    c.status = KvStatus::kNotFound;
+    return;
+  }
+  ItemHeader* h = items_.item(f.loc);
+  h->exptime = absolute_exptime(c.exptime);
+  items_.persist(&h->exptime, sizeof h->exptime);
+  counters_.touch_hits++;
+  c.status = KvStatus::kOk;
+}
+
+// flush_all invalidates by watermark and frees nothing, as memcached: items with a cas at or
+// below the last one issued (no delay), or stored at or before now + delay once that time comes.
+void KvStore::flush_all(KvCommand& c) {
+  counters_.cmd_flush++;
+  if (c.flush_delay == 0) items_.set_flush(next_cas_ - 1, items_.oldest_live_time());
+  else items_.set_flush(items_.oldest_live_cas(), now_ + c.flush_delay - 1);
+  c.status = KvStatus::kOk;
+}
+
+}  // namespace gphash::kv

@@ -1,0 +1,142 @@
+// KvStore: memcached's data model on a gphash signature index and a slab item store.
+//
+// One thread (the server's scheduler) calls execute() with a round of commands. A round is
+// Mega-KV's cycle: one search batch for every signature the round touches, then the commands are
+// resolved one by one in round order (full key compared on every signature hit; writes of the
+// round go to an overlay, so a later command of the round sees an earlier one's effect), then one
+// erase batch and one upsert batch carry the round's index changes. When execute() returns in
+// store mode, every write of the round is durable. Other threads may read the items a round
+// handed out (KvCommand::item) and must release() each one when done.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gphash/config.h"
+#include "kv/command.h"
+#include "kv/item_store.h"
+#include "kv/signature.h"
+
+namespace gphash::kv {
+
+enum class Mode { kCache, kStore };
+
+struct KvConfig {
+  Mode mode = Mode::kCache;
+  // Store mode: NAME (files /dev/shm/NAME.index and /dev/shm/NAME.items) or a path prefix.
+  std::string pool;
+  uint64_t memory_bytes = 64ull << 20;  // item memory (-m)
+  uint32_t item_size_max = 1 << 20;     // -I
+  double growth_factor = 1.25;
+  EngineKind engine = EngineKind::kCpu;
+  int index_threads = 1;  // CPU engine threads for index batches
+  SignatureFn signature = xxh3_signature;
+  bool force_flush = false;
+};
+
+// Counters for `stats`; written by the scheduler thread, read by any.
+struct KvCounters {
+  std::atomic<uint64_t> cmd_get{0}, cmd_set{0}, cmd_touch{0}, cmd_flush{0};
+  std::atomic<uint64_t> get_hits{0}, get_misses{0}, get_expired{0}, get_flushed{0};
+  std::atomic<uint64_t> delete_hits{0}, delete_misses{0};
+  std::atomic<uint64_t> incr_hits{0}, incr_misses{0}, decr_hits{0}, decr_misses{0};
+  std::atomic<uint64_t> cas_hits{0}, cas_misses{0}, cas_badval{0};
+  std::atomic<uint64_t> touch_hits{0}, touch_misses{0};
+  std::atomic<uint64_t> curr_items{0}, total_items{0}, bytes{0};
+  std::atomic<uint64_t> evictions{0}, reclaimed{0}, expired_unfetched{0}, evicted_unfetched{0};
+  std::atomic<uint64_t> out_of_memory{0};
+  std::atomic<uint64_t> rounds{0}, search_ops{0}, write_ops{0}, signature_collisions{0};
+  std::atomic<uint64_t> index_ns{0}, resolve_ns{0};  // time in index batches / in resolution
+};
+
+struct RecoveryReport {
+  bool recovered = false;   // an existing store was opened
+  uint64_t scanned = 0;     // chunks that looked like items
+  uint64_t live = 0;        // reachable from the index
+  uint64_t freed = 0;       // unreachable (torn, superseded, deleted): freed
+  double seconds = 0;
+};
+
+class KvStore {
+ public:
+  explicit KvStore(const KvConfig& config);
+  ~KvStore();  // closes the index cleanly
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
+
+  // Runs one round (scheduler thread only). Commands are resolved in span order.
+  void execute(std::span<KvCommand* const> round);
+
+  // Reading a held item (any thread).
+  std::string_view key(Location loc) const { return items_.key(loc); }
+  std::string_view value(Location loc) const { return {items_.value(loc), items_.item(loc)->value_len}; }
+  void release(Location loc) const { items_.item(loc)->refs.fetch_sub(1, std::memory_order_release); }
+
+  // Whether a store of this key and value size can never fit (checked before the value is read).
+  bool too_large(size_t key_len, size_t value_len) const { return items_.class_for(key_len, value_len) == 0; }
+
+  const KvCounters& counters() const { return counters_; }
+  const RecoveryReport& recovery() const { return recovery_; }
+  std::vector<SlabClassStats> slab_stats() const;  // scheduler thread, or while idle
+  uint64_t limit_bytes() const { return items_.memory_bytes(); }
+  uint32_t item_size_max() const { return items_.item_size_max(); }
+  uint32_t page_size() const { return items_.page_size(); }
+  const KvConfig& config() const { return config_; }
+  std::string index_engine() const;
+
+  // Test hook: how many items the store holds, by walking nothing (the counter).
+  uint64_t items() const { return counters_.curr_items.load(); }
+
+ private:
+  struct Round;
+  struct Found {
+    Location loc = 0;
+    Location pred = 0;  // the chain predecessor, 0 when loc is the chain's head
+  };
+
+  void recover();
+  uint32_t slot_of(const Signature& sig);       // the round's slot for a signature (searched)
+  uint32_t slot_now(const Signature& sig);      // same, searching at once if it is new
+  Found find(uint32_t slot, std::string_view key);
+  Location predecessor(uint32_t slot, Location loc) const;
+  bool alive(const ItemHeader* h) const;
+  void unlink(uint32_t slot, Found f);
+  void link_new(uint32_t slot, Location item, Found replaced);
+  void retire(Location loc);
+  void reap_zombies();
+  Location allocate(uint8_t cls, Location pinned);
+  bool evict_one(uint8_t cls);
+  void plan_evictions(std::span<KvCommand* const> round);
+  void fill_item(Location loc, std::string_view key, std::string_view a, std::string_view b,
+                 uint32_t flags, uint32_t exptime, uint64_t cas);
+  KvStatus store_item(KvCommand& c, uint32_t slot, Found old, std::string_view a, std::string_view b,
+                      uint32_t flags, uint32_t exptime);
+  uint32_t absolute_exptime(int64_t exptime) const;
+  int64_t ttl_of(const ItemHeader* h) const;
+  void resolve(KvCommand& c, uint32_t slot);
+  void resolve_get(KvCommand& c, uint32_t slot);
+  void resolve_store(KvCommand& c, uint32_t slot);
+  void resolve_delete(KvCommand& c, uint32_t slot);
+  void resolve_arith(KvCommand& c, uint32_t slot);
+  void resolve_touch(KvCommand& c, uint32_t slot);
+  void flush_all(KvCommand& c);
+  void commit_index(std::span<KvCommand* const> round, const std::vector<uint32_t>& slots);
+
+  KvConfig config_;
+  ItemStore items_;
+  struct Index;
+  std::unique_ptr<Index> index_;
+  std::unique_ptr<Round> round_;
+  std::vector<Location> zombies_;   // unlinked items still read by a reply
+  std::vector<Location> deferred_;  // store mode: unlinked this round, freed after the commit
+  uint64_t next_cas_ = 1;
+  uint32_t now_ = 0;
+  KvCounters counters_;
+  RecoveryReport recovery_;
+};
+
+}  // namespace gphash::kv

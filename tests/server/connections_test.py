@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""1,000 connections at once, and a client that sends without reading: the server stays up, keeps
+serving others, and its memory stays bounded (RSS measured from /proc)."""
+import os
+import resource
+import selectors
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mcharness as h
+
+checks = failed = 0
+
+
+def check(cond, what):
+    global checks, failed
+    checks += 1
+    failed += 0 if cond else 1
+    print(("ok   " if cond else "FAIL ") + what)
+
+
+def thousand_connections():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(soft, 4096), hard), hard))  # the server inherits it
+    with h.gphash_server("-c", "2000", "-t", "4") as s:
+        conns = []
+        for i in range(1000):
+            c = socket.create_connection(("127.0.0.1", s.port))
+            c.setblocking(False)
+            conns.append(c)
+        for i, c in enumerate(conns):
+            c.send(b"set c%d 0 0 %d\r\n%d\r\nget c%d\r\n" % (i, len(str(i)), i, i))
+        want = [b"STORED\r\nVALUE c%d 0 %d\r\n%d\r\nEND\r\n" % (i, len(str(i)), i) for i in range(1000)]
+        got = [b""] * 1000
+        sel = selectors.DefaultSelector()
+        for i, c in enumerate(conns):
+            sel.register(c, selectors.EVENT_READ, i)
+        deadline = time.time() + 30
+        pending = 1000
+        while pending and time.time() < deadline:
+            for key, _ in sel.select(1.0):
+                i = key.data
+                got[i] += key.fileobj.recv(4096)
+                if got[i] == want[i]:
+                    sel.unregister(key.fileobj)
+                    pending -= 1
+        check(pending == 0, f"1,000 connections each set and got their key ({1000 - pending} answered)")
+        st = h.exchange(s.port, b"stats\r\n")
+        check(b"STAT curr_connections 1001\r\n" in st, "curr_connections is 1001")
+        rss = s.rss_kib()
+        print(f"     server RSS with 1,000 connections: {rss / 1024:.1f} MiB")
+        for c in conns:
+            c.close()
+
+
+def sender_that_never_reads():
+    value = b"v" * 100_000
+    with h.gphash_server("-t", "2", "-m", "64") as s:
+        h.exchange(s.port, b"set big 0 0 %d\r\n%s\r\n" % (len(value), value))
+        base = s.rss_kib()
+        hog = socket.create_connection(("127.0.0.1", s.port))
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.setblocking(False)
+        request = b"get big big big big big big big big big big\r\n"  # 1 MB of reply per request
+        sent = 0
+        deadline = time.time() + 8
+        peak = base
+        while time.time() < deadline:
+            try:
+                sent += hog.send(request * 1000)
+            except BlockingIOError:
+                time.sleep(0.05)  # the server stopped reading from us: that is the point
+            peak = max(peak, s.rss_kib())
+        asked = sent // len(request)
+        # Meanwhile another client is served.
+        t0 = time.time()
+        other = h.exchange(s.port, b"set x 0 0 1\r\n1\r\nget x\r\n")
+        latency = time.time() - t0
+        peak = max(peak, s.rss_kib())
+        check(other == b"STORED\r\nVALUE x 0 1\r\n1\r\nEND\r\n", f"another client is served while one never reads ({latency * 1000:.1f} ms)")
+        growth = (peak - base) / 1024
+        print(f"     the silent client sent {asked} requests ({asked} MB of replies); server RSS grew {growth:.1f} MiB (base {base / 1024:.1f} MiB)")
+        check(asked > 10_000, "the silent client sent requests for far more than the limit")
+        check(growth < 48, f"server memory stays bounded (+{growth:.1f} MiB < 48 MiB)")
+        st = h.exchange(s.port, b"stats\r\n")
+        check(b"STAT gphash_reads_paused " in st and b"STAT gphash_reads_paused 0\r\n" not in st, "the server paused reading from it")
+        hog.close()
+        time.sleep(0.3)
+        check(h.exchange(s.port, b"version\r\n").startswith(b"VERSION"), "the server is up after the client left")
+
+
+def main():
+    thousand_connections()
+    sender_that_never_reads()
+    print(f"{checks - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,336 @@
+// The key-value layer against a model: memcached's semantics in rounds, signature collisions
+// forced through a weak signature function, cache-mode eviction, store-mode exhaustion and
+// recovery after a crash (a child process that dies without closing the pool).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kv/kv_store.h"
+
+using namespace gphash::kv;
+
+namespace {
+
+// Two signatures for every key: chains of many items with one signature, always.
+Signature weak_signature(std::string_view key) {
+  uint64_t h = 0;
+  for (char c : key) h += static_cast<unsigned char>(c);
+  return {h & 1, 0};
+}
+
+struct ModelItem {
+  std::string value;
+  uint32_t flags = 0;
+  uint64_t cas = 0;
+};
+
+// Built with += (GCC 12 warns falsely about "literal" + std::string here).
+std::string numbered(const char* prefix, uint64_t i) {
+  std::string s(prefix);
+  s += std::to_string(i);
+  return s;
+}
+
+std::string pool_name(const char* what) { return "gphash-server-kvtest-" + std::string(what) + "-" + std::to_string(getpid()); }
+
+void remove_pool(const std::string& pool) {
+  std::remove(("/dev/shm/" + pool + ".index").c_str());
+  std::remove(("/dev/shm/" + pool + ".items").c_str());
+}
+
+// Runs random rounds against the store and a model and compares every result.
+void run_model(KvStore& store, uint64_t seed, int rounds, int keys) {
+  std::mt19937_64 rng(seed);
+  std::map<std::string, ModelItem> model;
+  uint64_t next_cas = 1;
+  for (int r = 0; r < rounds; ++r) {
+    const int n = 1 + static_cast<int>(rng() % 24);
+    std::vector<KvCommand> cmds(n);
+    std::vector<std::string> key_text(n), value_text(n);
+    for (int i = 0; i < n; ++i) {
+      key_text[i] = numbered("key", rng() % keys);
+      const int kind = static_cast<int>(rng() % 10);
+      value_text[i] = (kind == 8 || rng() % 4 == 0) ? std::to_string(rng() % 1000) : std::string(rng() % 300, static_cast<char>('a' + rng() % 26));
+      KvCommand& c = cmds[i];
+      c.key = key_text[i];
+      switch (kind) {
+        case 0: case 1: case 2: c.op = KvOp::kGet; break;
+        case 3: c.op = KvOp::kStore; c.mode = StoreMode::kSet; break;
+        case 4: c.op = KvOp::kStore; c.mode = static_cast<StoreMode>(1 + rng() % 4); break;
+        case 5: c.op = KvOp::kDelete; break;
+        case 6: c.op = KvOp::kArith; c.delta = rng() % 50; c.decrement = rng() % 2; break;
+        case 7: c.op = KvOp::kStore; c.has_compare_cas = true; c.compare_cas = rng() % 2 && model.count(key_text[i]) ? model[key_text[i]].cas : rng() % 100; break;
+        default: c.op = KvOp::kStore; c.mode = StoreMode::kSet; break;
+      }
+      if (c.op == KvOp::kStore) {
+        c.value = value_text[i];
+        c.client_flags = static_cast<uint32_t>(rng() % 5);
+      }
+    }
+    std::vector<KvCommand*> ptrs;
+    for (auto& c : cmds) ptrs.push_back(&c);
+    store.execute(ptrs);
+    for (int i = 0; i < n; ++i) {
+      KvCommand& c = cmds[i];
+      const std::string key(c.key);
+      auto it = model.find(key);
+      SCOPED_TRACE("round " + std::to_string(r) + " command " + std::to_string(i) + " key " + key);
+      switch (c.op) {
+        case KvOp::kGet:
+          if (it == model.end()) {
+            EXPECT_EQ(c.status, KvStatus::kNotFound);
+          } else {
+            ASSERT_EQ(c.status, KvStatus::kOk);
+            ASSERT_NE(c.item, 0u);
+            EXPECT_EQ(store.value(c.item), it->second.value);
+            EXPECT_EQ(store.key(c.item), key);
+            EXPECT_EQ(c.flags, it->second.flags);
+            EXPECT_EQ(c.cas, it->second.cas);
+            store.release(c.item);
+          }
+          break;
+        case KvOp::kStore: {
+          KvStatus want = KvStatus::kOk;
+          std::string value(c.value);
+          uint32_t flags = c.client_flags;
+          if (c.has_compare_cas) {
+            want = it == model.end() ? KvStatus::kNotFound : it->second.cas != c.compare_cas ? KvStatus::kExists : KvStatus::kOk;
+          } else if (c.mode == StoreMode::kAdd) {
+            want = it == model.end() ? KvStatus::kOk : KvStatus::kNotStored;
+          } else if (c.mode != StoreMode::kSet && it == model.end()) {
+            want = KvStatus::kNotStored;
+          } else if (c.mode == StoreMode::kAppend) {
+            value = it->second.value + value;
+            flags = it->second.flags;
+          } else if (c.mode == StoreMode::kPrepend) {
+            value = value + it->second.value;
+            flags = it->second.flags;
+          }
+          ASSERT_EQ(c.status, want);
+          if (want == KvStatus::kOk) {
+            model[key] = {value, flags, next_cas++};
+            EXPECT_EQ(c.cas, model[key].cas);
+          }
+          break;
+        }
+        case KvOp::kDelete:
+          ASSERT_EQ(c.status, it == model.end() ? KvStatus::kNotFound : KvStatus::kOk);
+          if (it != model.end()) model.erase(it);
+          break;
+        case KvOp::kArith: {
+          if (it == model.end()) {
+            ASSERT_EQ(c.status, KvStatus::kNotFound);
+            break;
+          }
+          const std::string& old = it->second.value;
+          const bool numeric = !old.empty() && old.size() <= 20 && old.find_first_not_of("0123456789 ") == std::string::npos &&
+                               old[0] != ' ' && std::stoull(old) <= UINT64_MAX;
+          if (!numeric) {
+            ASSERT_EQ(c.status, KvStatus::kNonNumeric);
+            break;
+          }
+          ASSERT_EQ(c.status, KvStatus::kOk);
+          uint64_t v = std::stoull(old);
+          v = c.decrement ? (c.delta > v ? 0 : v - c.delta) : v + c.delta;
+          std::string text = std::to_string(v);
+          if (text.size() < old.size()) text.append(old.size() - text.size(), ' ');
+          EXPECT_EQ(c.number, v);
+          it->second.value = text;
+          it->second.cas = next_cas++;
+          break;
+        }
+        default: break;
+      }
+    }
+  }
+  EXPECT_EQ(store.items(), model.size());
+}
+
+KvConfig cache_config(SignatureFn sig, uint64_t memory = 64 << 20) {
+  KvConfig c;
+  c.mode = Mode::kCache;
+  c.memory_bytes = memory;
+  c.signature = sig;
+  return c;
+}
+
+}  // namespace
+
+TEST(KvStore, MatchesModel) {
+  KvStore store(cache_config(xxh3_signature));
+  run_model(store, 1, 3000, 200);
+}
+
+TEST(KvStore, SignatureCollisionsLoseNothing) {
+  // Every key shares one of two signatures: each lookup walks a chain and compares full keys.
+  KvStore store(cache_config(weak_signature));
+  run_model(store, 2, 2000, 60);
+  EXPECT_GT(store.counters().signature_collisions.load(), 1000u);
+}
+
+TEST(KvStore, StoreModeMatchesModelWithCollisions) {
+  const std::string pool = pool_name("model");
+  remove_pool(pool);
+  {
+    KvConfig c = cache_config(weak_signature);
+    c.mode = Mode::kStore;
+    c.pool = pool;
+    KvStore store(c);
+    run_model(store, 3, 1500, 60);
+  }
+  remove_pool(pool);
+}
+
+TEST(KvStore, CacheEvictsUnderMemoryPressure) {
+  KvStore store(cache_config(weak_signature, 4 << 20));
+  const std::string value(1000, 'x');
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20000; ++i) keys.push_back(numbered("k", i));
+  for (int i = 0; i < 20000; i += 100) {
+    std::vector<KvCommand> cmds(100);
+    std::vector<KvCommand*> ptrs;
+    for (int j = 0; j < 100; ++j) {
+      cmds[j].op = KvOp::kStore;
+      cmds[j].key = keys[i + j];
+      cmds[j].value = value;
+      ptrs.push_back(&cmds[j]);
+    }
+    store.execute(ptrs);
+    for (auto& c : cmds) ASSERT_EQ(c.status, KvStatus::kOk);
+  }
+  EXPECT_GT(store.counters().evictions.load(), 15000u);
+  EXPECT_LT(store.items(), 4500u);
+  // The newest keys are there, with their values, after all that chain surgery.
+  std::vector<KvCommand> gets(50);
+  std::vector<KvCommand*> ptrs;
+  for (int j = 0; j < 50; ++j) {
+    gets[j].key = keys[19950 + j];
+    ptrs.push_back(&gets[j]);
+  }
+  store.execute(ptrs);
+  for (auto& g : gets) {
+    ASSERT_EQ(g.status, KvStatus::kOk);
+    EXPECT_EQ(store.value(g.item), value);
+    store.release(g.item);
+  }
+}
+
+TEST(KvStore, StoreModeFullSaysOutOfMemoryAndNeverEvicts) {
+  const std::string pool = pool_name("full");
+  remove_pool(pool);
+  {
+    KvConfig c = cache_config(xxh3_signature, 2 << 20);
+    c.mode = Mode::kStore;
+    c.pool = pool;
+    KvStore store(c);
+    const std::string value(1000, 'y');
+    std::vector<std::string> keys;
+    for (int i = 0; i < 4000; ++i) keys.push_back(numbered("s", i));
+    size_t stored = 0, refused = 0;
+    for (int i = 0; i < 4000; i += 100) {
+      std::vector<KvCommand> cmds(100);
+      std::vector<KvCommand*> ptrs;
+      for (int j = 0; j < 100; ++j) {
+        cmds[j].op = KvOp::kStore;
+        cmds[j].key = keys[i + j];
+        cmds[j].value = value;
+        ptrs.push_back(&cmds[j]);
+      }
+      store.execute(ptrs);
+      for (auto& cmd : cmds) (cmd.status == KvStatus::kOk ? stored : refused)++;
+      for (auto& cmd : cmds) ASSERT_TRUE(cmd.status == KvStatus::kOk || cmd.status == KvStatus::kOutOfMemory);
+    }
+    EXPECT_GT(refused, 0u);
+    EXPECT_EQ(store.items(), stored);
+    EXPECT_EQ(store.counters().evictions.load(), 0u);
+  }
+  remove_pool(pool);
+}
+
+// A child writes rounds in store mode and dies without closing anything (as under kill -9);
+// every round it reported done must be there after the parent reopens, with colliding chains.
+TEST(KvStore, StoreModeRecoversAfterCrash) {
+  const std::string pool = pool_name("crash");
+  remove_pool(pool);
+  KvConfig c = cache_config(weak_signature, 16 << 20);
+  c.mode = Mode::kStore;
+  c.pool = pool;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    KvStore* store = new KvStore(c);  // never destroyed: the pool is not closed
+    std::mt19937_64 rng(7);
+    for (int round = 0; round < 400; ++round) {
+      std::vector<KvCommand> cmds(20);
+      std::vector<std::string> keys(20), values(20);
+      std::vector<KvCommand*> ptrs;
+      for (int j = 0; j < 20; ++j) {
+        keys[j] = numbered("key", rng() % 300);
+        values[j] = numbered("r", static_cast<uint64_t>(round));
+        values[j].append(1 + rng() % 200, 'v');
+        cmds[j].op = rng() % 5 == 0 ? KvOp::kDelete : KvOp::kStore;
+        cmds[j].key = keys[j];
+        cmds[j].value = values[j];
+        ptrs.push_back(&cmds[j]);
+      }
+      store->execute(ptrs);
+      // Report the round's outcome: key and value (or "-" for a delete) per command.
+      std::string report;
+      for (int j = 0; j < 20; ++j)
+        report += keys[j] + " " + (cmds[j].op == KvOp::kDelete ? std::string("-") : values[j]) + "\n";
+      [[maybe_unused]] ssize_t w = write(fds[1], report.data(), report.size());
+    }
+    _exit(0);  // no destructor: the index is left open, as after a crash
+  }
+  close(fds[1]);
+  std::string all;
+  char buf[65536];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) all.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  std::map<std::string, std::string> expect;
+  for (size_t at = 0; at < all.size();) {
+    const size_t nl = all.find('\n', at);
+    const std::string line = all.substr(at, nl - at);
+    at = nl + 1;
+    const size_t sp = line.find(' ');
+    const std::string key = line.substr(0, sp), value = line.substr(sp + 1);
+    if (value == "-") expect.erase(key);
+    else expect[key] = value;
+  }
+  {
+    KvStore store(c);
+    EXPECT_TRUE(store.recovery().recovered);
+    EXPECT_EQ(store.items(), expect.size());
+    std::vector<KvCommand> gets(300);
+    std::vector<std::string> keys(300);
+    std::vector<KvCommand*> ptrs;
+    for (int i = 0; i < 300; ++i) {
+      keys[i] = numbered("key", i);
+      gets[i].key = keys[i];
+      ptrs.push_back(&gets[i]);
+    }
+    store.execute(ptrs);
+    for (int i = 0; i < 300; ++i) {
+      auto it = expect.find(keys[i]);
+      if (it == expect.end()) {
+        EXPECT_EQ(gets[i].status, KvStatus::kNotFound) << keys[i];
+      } else {
+        ASSERT_EQ(gets[i].status, KvStatus::kOk) << keys[i];
+        EXPECT_EQ(store.value(gets[i].item), it->second);
+        store.release(gets[i].item);
+      }
+    }
+  }
+  remove_pool(pool);
+}
