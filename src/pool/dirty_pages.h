@@ -4,19 +4,22 @@
 // Bit i stands for pool bytes [i * 4096, (i + 1) * 4096). The pool marks the pages its own writes
 // touch: every Pool::persist() range (the CPU engine persists every store it makes), header
 // writes, and the stale bytes allocate_extent() clears. Writes the pool never sees (a GPU kernel
-// storing over PCIe, a cudaMemcpy into the pool) must be reported by their engine:
+// storing over PCIe, a cudaMemcpy into the pool) must be reported by their engine (the GPU
+// engine: its write path's bitmap, merged in Engine::prepare_snapshot; save() marks its copies):
 //
 //   pool.dirty_pages().mark(offset, bytes);             // one range
 //   pool.dirty_pages().merge(bits, words);              // a whole bitmap, same layout as here
 //   pool.dirty_pages().set_engine_tracks_writes(true);  // once: "I report all my writes"
 //
 // The rule that makes a snapshot consistent: every page a writing batch stores to is marked
-// before the batch releases the table's lock (in any order with the stores). A snapshot takes the
+// before a snapshot takes the marks (in any order with the stores): before the batch releases the
+// table's lock, or in Engine::prepare_snapshot, which the snapshot calls with writers held off. A snapshot takes the
 // marks only while it holds writing batches off, so a batch's marks and stores are always on the
 // same side of a snapshot.
 //
 // Until the engine says it tracks its writes, snapshots copy every page (a full image, taken
-// with writers held off): correct, not incremental. The CPU engine says so when it is made.
+// with writers held off): correct, not incremental. The CPU engine says so when it is made, the
+// GPU engine once its bitmap exists (unless device and host addresses of the pool differ).
 #pragma once
 
 #include <algorithm>
