@@ -6,11 +6,12 @@
 //      without again, so the noise between runs shows);
 //   3. restore time against pool size, with the snapshot file evicted from the page cache (cold)
 //      and in it (warm); the restore alone, and with the recount of the first open.
-// CPU engine; pools in /dev/shm, snapshot files in --dir (a real file system).
+// CPU engine by default (--engine gpu: the GPU engine, host-mapped or --placement gpu-memory);
+// pools in /dev/shm, snapshot files in --dir (a real file system).
 //
 //   snapshot_bench [--sizes 1M,4M,16M] [--updates 1000,10000,100000,1000000] [--value-width 8]
 //                  [--ycsb-records 4M] [--ycsb-operations 40M] [--threads 0] [--dir /tmp]
-//                  [--json FILE]
+//                  [--engine cpu|gpu] [--placement mapped|gpu-memory] [--json FILE]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/statfs.h>
@@ -155,6 +156,10 @@ int main(int argc, char** argv) {
   std::string ycsb_records_text = "4M", ycsb_operations_text = "40M";
   uint32_t value_width = 8;
   int threads = 0;
+  std::string engine = "cpu", placement = "mapped";
+  app.add_option("--engine", engine, "cpu (default) or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
+  app.add_option("--placement", placement, "GPU engine: mapped (default) or gpu-memory")
+      ->check(CLI::IsMember({"mapped", "gpu-memory"}));
   app.add_option("--sizes", sizes_text, "Records per pool (K and M suffixes; empty: skip parts 1 and 3)");
   app.add_option("--updates", updates_text, "Uniform updates before each delta snapshot");
   app.add_option("--value-width", value_width, "Value width in bytes (8-byte keys)")->check(CLI::Range(1, 65536));
@@ -164,6 +169,12 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "Directory of the snapshot files (a real file system)");
   app.add_option("--json", json_path, "Write the results as JSON to this file");
   CLI11_PARSE(app, argc, argv);
+  // Every table this benchmark opens uses the chosen engine.
+  auto with_engine = [&](OpenOptions o) {
+    o.engine = engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
+    o.placement = placement == "gpu-memory" ? Placement::kGpuMemory : Placement::kHostMapped;
+    return o;
+  };
   const std::vector<uint64_t> sizes = parse_list(sizes_text), updates = parse_list(updates_text);
   const uint64_t ycsb_records = parse_count(ycsb_records_text), ycsb_operations = parse_count(ycsb_operations_text);
 
@@ -177,12 +188,17 @@ int main(int argc, char** argv) {
   json out = {{"machine", {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()},
                            {"snapshot_dir", dir}, {"snapshot_fs", fs_type(dir)}}},
               {"value_width", value_width},
+              {"engine", engine},
+              {"placement", placement},
               {"sizes", json::array()}};
-  fmt::print("snapshot_bench: {} ({} hardware threads); snapshot files in {} ({}); 8-byte keys, {}-byte values\n",
-             cpu_model(), std::thread::hardware_concurrency(), dir, fs_type(dir), value_width);
+  fmt::print("snapshot_bench: {} ({} hardware threads); snapshot files in {} ({}); 8-byte keys, {}-byte values; "
+             "{} engine{}\n",
+             cpu_model(), std::thread::hardware_concurrency(), dir, fs_type(dir), value_width, engine,
+             engine == "gpu" ? ", " + placement : "");
   OpenOptions options;
   options.threads = threads;
   options.replace = true;
+  options = with_engine(options);
   try {
     // 1 and 3: per pool size.
     for (uint64_t records : sizes) {
@@ -218,7 +234,7 @@ int main(int argc, char** argv) {
       first.reset();  // closes the pool
       OpenOptions reopen;
       reopen.threads = threads;
-      Table again = Table::open(pool, reopen);
+      Table again = Table::open(pool, with_engine(reopen));
       const double write_seconds = update(again, records, 1000, rng);
       const SnapshotResult next = again.snapshot(fresh);
       again.close();
@@ -260,7 +276,7 @@ int main(int argc, char** argv) {
           o.snapshots.path = file;
           o.snapshots.every_seconds = 1;
         }
-        Table t = Table::open(pool, o);
+        Table t = Table::open(pool, with_engine(o));
         workload::WorkloadSpec spec;
         spec.workload = workload::Workload::A;
         spec.record_count = ycsb_records;
