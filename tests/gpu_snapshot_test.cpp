@@ -107,12 +107,25 @@ struct DeviceBatch {
 
 class GpuSnapshot : public ::testing::TestWithParam<uint32_t> {};  // the value width (8: inline, 32: heap)
 
+// Preloads keys 1..n (value_for values) with a host batch and records them in the model: a dense
+// table, so that a full image holds every page and a small delta stays well under it (a chain is
+// compacted into a new full image once its deltas outweigh its base, which would hide a delta).
+void preload(Table& t, uint32_t vw, uint64_t n, Model& model) {
+  const std::vector<uint64_t> keys = key_range(1, n);
+  const std::vector<OpStatus> st = run(t, Op::kInsert, keys);
+  std::string ignored;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(st[i], OpStatus::kOk) << keys[i];
+    model.apply(Op::kInsert, Workload::key_string(keys[i]), value_for(keys[i], vw), &ignored);
+  }
+}
+
 TEST_P(GpuSnapshot, DeltasOfSyncBatchesHoldWhatTheKernelsWrote) {
   REQUIRE_GPU();
   const uint32_t vw = GetParam();
   TempPool pool("gpu-snapshot-sync");
   TempDir dir("gpu-sync");
-  const std::string file = dir.file("p.snap");
+  const std::string file = dir.file("p.snap"), small = dir.file("small.snap");
   Table t = Table::create(pool.path(), {8, vw, {}, 256, 11}, gpu());  // small: the batches resize it
   Workload w(11, vw);
   Model model;
@@ -120,14 +133,16 @@ TEST_P(GpuSnapshot, DeltasOfSyncBatchesHoldWhatTheKernelsWrote) {
   for (; index < 30; ++index) ASSERT_NO_FATAL_FAILURE(w.run(t, index, model));
   SnapshotResult r = t.snapshot(file);
   EXPECT_TRUE(r.full);
+  // Batches that resize the table and grow the heap between snapshots (deltas, or new full
+  // images when the chain is compacted: either way the file must restore to the model).
   for (int round = 0; round < 4; ++round) {
     for (int b = 0; b < 10; ++b, ++index) ASSERT_NO_FATAL_FAILURE(w.run(t, index, model));
     r = t.snapshot(file);
-    EXPECT_FALSE(r.full) << "the GPU engine tracks its writes: snapshots after the first are deltas";
-    EXPECT_LT(r.pages_written, r.pool_bytes / 4096) << "a delta of ten batches rewrote the whole pool";
     expect_restores_to(file, model, "after round " + std::to_string(round));
   }
-  // A handful of upserts: a delta of a handful of pages (each op a slot, a cell, and the headers).
+  // A handful of upserts after a full image in a new file: a delta of a handful of pages (each op
+  // a slot and a cell, and the header pages), so the kernels' marks, not a full copy, made it.
+  ASSERT_TRUE(t.snapshot(small).full);
   std::vector<uint64_t> few = {3, 5, 7, 9, 11};
   std::string values(few.size() * vw, '\x5a');
   std::vector<OpStatus> status(few.size());
@@ -142,10 +157,11 @@ TEST_P(GpuSnapshot, DeltasOfSyncBatchesHoldWhatTheKernelsWrote) {
   t.execute(b);
   std::string ignored;
   for (uint64_t k : few) model.apply(Op::kUpsert, Workload::key_string(k), std::string(vw, '\x5a'), &ignored);
-  r = t.snapshot(file);
-  EXPECT_FALSE(r.full);
+  r = t.snapshot(small);
+  EXPECT_FALSE(r.full) << "the GPU engine does not track its writes";
+  EXPECT_GE(r.pages_written, 1u);
   EXPECT_LE(r.pages_written, 4 * few.size() + 16);
-  expect_restores_to(file, model, "after five upserts");
+  expect_restores_to(small, model, "after five upserts");
   t.close();
 }
 
@@ -155,13 +171,14 @@ TEST_P(GpuSnapshot, AsyncBatchesStillInFlightAreFinishedBeforeTheCapture) {
   TempPool pool("gpu-snapshot-async");
   TempDir dir("gpu-async");
   const std::string file = dir.file("p.snap");
-  Table t = Table::create(pool.path(), {8, vw, {}, 1 << 12, 12}, gpu());
-  Workload w(12, vw);
+  constexpr uint64_t kKeys = 200000;
+  Table t = Table::create(pool.path(), {8, vw, {}, 1 << 20, 12}, gpu());
+  Workload w(12, vw, kKeys, /*max_batch=*/100);
   Model model;
-  uint64_t index = 0;
-  for (; index < 10; ++index) ASSERT_NO_FATAL_FAILURE(w.run(t, index, model));
+  ASSERT_NO_FATAL_FAILURE(preload(t, vw, kKeys, model));
   ASSERT_TRUE(t.snapshot(file).full);
   CudaStream stream;
+  uint64_t index = 0;
   for (int round = 0; round < 3; ++round) {
     // Several batches enqueued, none waited for: the snapshot must see all of them complete.
     std::vector<std::unique_ptr<DeviceBatch>> batches;
@@ -172,7 +189,7 @@ TEST_P(GpuSnapshot, AsyncBatchesStillInFlightAreFinishedBeforeTheCapture) {
       events.push_back(t.execute_async(batches.back()->batch, stream.s));
     }
     const SnapshotResult r = t.snapshot(file);
-    EXPECT_FALSE(r.full);
+    EXPECT_FALSE(r.full) << "round " << round << ": expected a delta of at most 500 operations";
     for (const BatchEvent& e : events) EXPECT_TRUE(e.ready()) << "a batch enqueued before the snapshot was not done";
     for (size_t b = 0; b < batches.size(); ++b)
       ASSERT_NO_FATAL_FAILURE(batches[b]->check(w, model, first + b));
@@ -216,19 +233,18 @@ TEST_P(GpuSnapshot, DeviceSessionWritesReachTheDelta) {
   TempPool pool("gpu-snapshot-session");
   TempDir dir("gpu-session");
   const std::string file = dir.file("p.snap");
-  Table t = Table::create(pool.path(), {8, 8, {}, 1 << 16, 14}, gpu());
+  constexpr uint64_t kKeys = 200000;
+  Table t = Table::create(pool.path(), {8, 8, {}, 1 << 20, 14}, gpu());
   Model model;
-  const std::vector<uint64_t> first = key_range(1, 1000);
-  run(t, Op::kInsert, first);
-  std::string ignored;
-  for (uint64_t k : first) model.apply(Op::kInsert, Workload::key_string(k), value_for(k, 8), &ignored);
+  ASSERT_NO_FATAL_FAILURE(preload(t, 8, kKeys, model));
   ASSERT_TRUE(t.snapshot(file).full);
-  // Inserts of 1001..3000, erases of 501..1000, upserts of 1..100, one warp per key.
+  std::string ignored;
+  // Inserts of 2000 new keys, erases of 501..1000, upserts of 1..100, one warp per key.
   constexpr size_t n = 2600;
   std::vector<uint64_t> keys(n), values(n);
   std::vector<uint8_t> ops(n);
   for (size_t i = 0; i < n; ++i) {
-    if (i < 2000) keys[i] = 1001 + i, ops[i] = static_cast<uint8_t>(Op::kInsert);
+    if (i < 2000) keys[i] = kKeys + 1 + i, ops[i] = static_cast<uint8_t>(Op::kInsert);
     else if (i < 2500) keys[i] = i - 1499, ops[i] = static_cast<uint8_t>(Op::kErase);
     else keys[i] = i - 2499, ops[i] = static_cast<uint8_t>(Op::kUpsert);
     values[i] = keys[i] * 5 + 1;
@@ -268,7 +284,9 @@ TEST_P(GpuSnapshot, AGpuMemoryTableIsSavedToItsPoolFirst) {
   for (int round = 0; round < 3; ++round) {
     for (int b = 0; b < 15; ++b, ++index) ASSERT_NO_FATAL_FAILURE(w.run(t, index, model));
     const SnapshotResult r = t.snapshot(file);  // no save() before: the snapshot saves
-    EXPECT_EQ(r.full, round == 0);
+    if (round == 0) {
+      EXPECT_TRUE(r.full);  // later ones: deltas as large as the table, or compacted
+    }
     expect_restores_to(file, model, "gpu memory, round " + std::to_string(round));
   }
   t.close();
