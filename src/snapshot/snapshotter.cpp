@@ -147,6 +147,9 @@ uint64_t pool_writes(const pool::Pool& pool) {
 }
 
 void count_pool_writes(pool::Pool& pool, uint64_t operations) {
+  // A read-only pool is never written; a batch of GPU-memory ops the host cannot read may still
+  // reach one (its writes fail per entry on the device).
+  if (pool.read_only() || operations == 0) return;
   uint64_t* counter = pool.at<uint64_t>(format::kWriteCounterOffset);
   __atomic_store_n(counter, *counter + operations, __ATOMIC_RELEASE);
   pool.persist(counter, sizeof *counter);

@@ -278,7 +278,7 @@ DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessi
     // The host cannot count a session's writes: it counts as one write operation, so the pool
     // reads as written since its last snapshot (TableInfo::writes_since_snapshot is then a lower
     // bound).
-    if (!impl_->pool->read_only()) snapshot::count_pool_writes(*impl_->pool, 1);
+    snapshot::count_pool_writes(*impl_->pool, 1);
     return opened;
   });
   DeviceSession r;
