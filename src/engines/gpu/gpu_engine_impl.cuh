@@ -529,14 +529,18 @@ class GpuEngine final : public Engine {
     launch_parallel_pass(bv, search_only, stream);
     read_counters(stream);
     const auto slow0 = std::chrono::steady_clock::now();
-    if (host_counters_.get()->pending) slow_path(bv, stream);
-    if (b.memory != MemorySpace::kDevice) {
+    const bool slow = host_counters_.get()->pending != 0;
+    if (slow) slow_path(bv, stream);
+    const bool copy_out = b.memory != MemorySpace::kDevice;
+    if (copy_out) {
       GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream));
       if (b.values_out)
         GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, bv.values_out,
                                     n * dt_.value_width, cudaMemcpyDeviceToHost, stream));
     }
-    read_counters(stream);  // also waits for the outputs: the batch is acknowledged after this
+    // The final counters and the outputs: the batch is acknowledged after this. A batch in GPU
+    // memory that needed no slow path has both already.
+    if (slow || copy_out) read_counters(stream);
     stats_.last_plan_seconds = elapsed(start_, planned_);
     stats_.last_kernel_seconds = elapsed(planned_, ran_);
     stats_.last_slow_seconds = seconds_since(slow0);
