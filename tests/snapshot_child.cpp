@@ -6,6 +6,8 @@
 //
 //   snapshot_child run POOL FILE SEED EVERY_BATCHES BATCHES
 //   snapshot_child restore FILE POOL      (a restore, for crash points inside it)
+// GPHASH_CRASH_ENGINE=gpu runs the batches on the GPU engine (host-mapped), so the kernels' own
+// dirty-page marks make the deltas (a build with CUDA, on a GPU machine).
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -22,6 +24,8 @@ int main(int argc, char** argv) {
     if (mode == "run" && argc == 7) {
       OpenOptions o;
       o.threads = 2;
+      if (const char* engine = std::getenv("GPHASH_CRASH_ENGINE"); engine && std::string(engine) == "gpu")
+        o.engine = EngineKind::kGpu;
       o.snapshots.path = argv[3];
       o.snapshots.every_batches = std::strtoull(argv[5], nullptr, 10);
       const gphash::testing::Workload w(std::strtoull(argv[4], nullptr, 10), 40);

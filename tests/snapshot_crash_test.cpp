@@ -3,7 +3,8 @@
 // sequence. The file it leaves must restore to exactly the state after one batch: the one the
 // last completed snapshot captured, or the one the interrupted snapshot was capturing; never
 // older than a snapshot the child saw complete, never a mix. A later snapshot into the same file
-// must work and clear what the dead one left behind.
+// must work and clear what the dead one left behind. GPHASH_CRASH_ENGINE=gpu: the child runs the
+// GPU engine (a CUDA build on a GPU machine; the parent restores and reads with the CPU engine).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
