@@ -291,7 +291,7 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
       if (settle_writes_) settle_writes_();
     }
     result.pool_bytes = pool_.file_size();
-    result.pool_writes = pool_writes(pool_);
+    result.pool_writes = options.captured_writes ? *options.captured_writes : pool_writes(pool_);
     result.captured_unix_ns = unix_ns_now();
     std::vector<uint64_t> captured_pages;
     if (tracked) {

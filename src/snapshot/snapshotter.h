@@ -52,6 +52,11 @@ struct TakeOptions {
   // Automatic snapshots: return at once (SnapshotResult::skipped) when has_unsnapshotted_writes()
   // is false, checked once this call's turn has come.
   bool skip_if_unchanged = false;
+  // The write counter the capture stands for, when the caller knows it better than the pool's
+  // counter at the capture: a GPU-memory table is saved to its pool before the snapshot, and
+  // batches after the save count in the pool's counter but are not in the pool. Null: the
+  // counter at the capture.
+  std::optional<uint64_t> captured_writes;
 };
 
 class Snapshotter {

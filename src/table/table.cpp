@@ -558,11 +558,15 @@ void Table::Impl::start_snapshots() {
 
 SnapshotResult Table::Impl::take_snapshot(const std::string& path, bool skip_if_unchanged) {
   check_usable();
+  snapshot::TakeOptions take;
   if (options.engine == EngineKind::kGpu && options.placement == Placement::kGpuMemory && !engine_closed) {
     std::unique_lock lock(batches);
     guarded([&] { engine->save(); });  // the pool must hold the table before it is copied
+    // Batches after this lock is released change only GPU memory, but count in the pool's write
+    // counter: the snapshot stands for the count at the save, so they are not taken as saved
+    // (an automatic snapshot would skip them, and info() would understate what a restart loses).
+    take.captured_writes = snapshot::pool_writes(*pool);
   }
-  snapshot::TakeOptions take;
   take.file_mode = options.snapshots.file_mode;
   take.skip_if_unchanged = skip_if_unchanged;
   SnapshotResult r = snapshotter->take(path, take);
