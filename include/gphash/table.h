@@ -230,8 +230,9 @@ class Table {
 
   // Writes a consistent snapshot of the table to `path` (default: OpenOptions::snapshots.path), a
   // file on a real file system, and returns when it is durable (gphash/snapshot.h). Writing
-  // batches wait only while the changed pages are copied into memory; searches go on. A
-  // GPU-memory table is saved to its pool first.
+  // batches wait only while the changed pages are copied into memory (on the GPU engine, also
+  // for a batch still running on a stream); searches go on. A GPU-memory table is saved to its
+  // pool first. Throws kInvalidArgument while a device session is open (end it first).
   SnapshotResult snapshot(const std::string& path = {});
   // Creates the pool `pool` from the last snapshot in `snapshot_file` and recovers it (a recount)
   // once, leaving it shut down cleanly with exactly the snapshot's items. A damaged, truncated or
