@@ -39,6 +39,7 @@ OpenOptions options_of(const EngineFlags& f) {
   o.threads = f.threads;
   o.max_pool_bytes = f.max_pool_bytes;
   o.pool_file_mode = f.mode;
+  o.snapshots = f.snapshots;
   return o;
 }
 
@@ -89,7 +90,10 @@ nlohmann::json to_json(const TableInfo& i) {
           {"value_checksums", i.value_checksums},
           {"clean_shutdown", i.clean_shutdown},
           {"in_use", i.in_use},
-          {"resize_in_progress", i.resizing}};
+          {"resize_in_progress", i.resizing},
+          {"last_snapshot_unix_ns", i.last_snapshot_unix_ns},
+          {"writes", i.writes},
+          {"writes_since_snapshot", i.writes_since_snapshot}};
   if (i.index == "hmeh") {  // no shape and no levels
     j["shape"] = nullptr;
     j["levels"] = nullptr;
@@ -136,6 +140,14 @@ void print_info(const TableInfo& i) {
                i.value_checksums ? ", with value checksums" : "");
   fmt::print("state          {}{}\n", i.clean_shutdown ? "clean" : "not shut down cleanly: the next writable open recovers it",
              i.resizing ? ", resize in progress" : "");
+  // What a reboot would lose (README "What survives what").
+  if (i.last_snapshot_unix_ns == 0)
+    fmt::print("snapshot       none: a reboot loses the pool{} ({} writes)\n",
+               i.pool_kind == "file" ? " unless its file system keeps it" : "", i.writes);
+  else
+    fmt::print("snapshot       last one captured {}; a restart from it loses {} writes{}\n",
+               describe_time(i.last_snapshot_unix_ns), i.writes_since_snapshot,
+               i.in_use ? " so far (a writer is running)" : "");
 }
 
 void print_results(const std::vector<RunResult>& results) {
@@ -243,6 +255,7 @@ int cmd_load(const std::string& pool, const PoolConfigFlags& cfg, const EngineFl
   }
   RunResult r = run_one(*table, spec_for(wl, workload::Workload::Load, wl.records), wl.batch, progress);
   print_results({r});
+  finish_snapshots(*table, eng.snapshots);
   if (!json_path.empty()) std::ofstream(json_path) << to_json(r).dump(2) << "\n";
   return r.failed_writes ? 1 : 0;
 }
@@ -254,6 +267,7 @@ int cmd_run(const std::string& pool, const EngineFlags& eng, const WorkloadFlags
   if (records == 0) throw Error(ErrorCode::kInvalidArgument, "the pool is empty: load it first (gphash load)");
   RunResult r = run_one(table, spec_for(wl, workload::parse_workload(which), records), wl.batch, progress);
   print_results({r});
+  finish_snapshots(table, eng.snapshots);
   if (!json_path.empty()) std::ofstream(json_path) << to_json(r).dump(2) << "\n";
   return (r.not_found || r.bad_values) ? 1 : 0;
 }
@@ -310,6 +324,7 @@ int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& e
     records_now = table.size();
   }
   print_results(results);
+  finish_snapshots(table, eng.snapshots);
   TableInfo info = table.info();
   table.close();
   bool lost = false;
@@ -352,6 +367,7 @@ void Cli::add_engine(CLI::App* app) {
   options_.number(app, "--threads", eng_.threads, 0, kMaxThreads, "CPU engine threads (0 = all)");
   options_.number(app, "--max-pool-bytes", eng_.max_pool_bytes, 0, kMaxPoolBytes, "Limit the pool's size (0 = no limit)");
   options_.file_mode(app, "--mode", eng_.mode, "Permissions of a pool file this command creates (default 0600)");
+  add_snapshot_options(app, options_, eng_.snapshots);
 }
 
 void Cli::add_workload(CLI::App* app, bool with_distribution) {
@@ -438,6 +454,7 @@ Cli::Cli() : app_("gphash: a persistent GPU hash index and key-value store.\n"
   pool_arg(convert_);
 
   groups_.push_back(make_data_commands());
+  groups_.push_back(make_snapshot_commands());
   for (auto& g : groups_) g->add(app_, options_);
 }
 

@@ -12,7 +12,12 @@
 #include <optional>
 #include <string>
 
+#include "gphash/config.h"
 #include "options.h"
+
+namespace gphash {
+class Table;
+}
 
 namespace gphash::cli {
 
@@ -41,6 +46,7 @@ struct EngineFlags {
   int threads = 0;
   uint64_t max_pool_bytes = 0;
   uint32_t mode = 0600;
+  SnapshotOptions snapshots;
 };
 
 struct WorkloadFlags {
@@ -61,6 +67,14 @@ class CommandGroup {
   virtual std::optional<int> run() = 0;  // the exit status, or nullopt if none of ours was parsed
 };
 std::unique_ptr<CommandGroup> make_data_commands();
+std::unique_ptr<CommandGroup> make_snapshot_commands();
+
+// Snapshots around load, run and bench (snapshot_commands.cpp): the options, and the end of a
+// command (a snapshot if --snapshot was given without an interval, then close, which takes the
+// automatic snapshots' last one; then a summary).
+void add_snapshot_options(CLI::App* app, OptionRegistry& options, SnapshotOptions& snapshots);
+void finish_snapshots(Table& table, const SnapshotOptions& snapshots);
+std::string describe_time(uint64_t unix_ns);  // "2026-11-23 10:00:00 UTC (12 s ago)", or "never"
 
 class Cli {
  public:

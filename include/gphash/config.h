@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "gphash/snapshot.h"
+
 namespace gphash {
 
 // Levels (L), hash functions (H) and slots per bucket (S), with L*H*S = 32. Supported:
@@ -88,6 +90,9 @@ struct OpenOptions {
   // Use cache-line flushes as the persist barrier even on shared memory: exercises the code
   // path that persistent memory (device-DAX, CXL) needs.
   bool force_flush = false;
+  // Snapshots to a file, for power-loss durability (gphash/snapshot.h): automatic ones, and the
+  // file an open restores a missing pool from.
+  SnapshotOptions snapshots;
 };
 
 }  // namespace gphash

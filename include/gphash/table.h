@@ -60,6 +60,17 @@ struct TableInfo {
   uint64_t generation = 0;
   std::string format_version;
   std::string uuid;
+  // Snapshots (also filled by inspect()): when the last completed snapshot of the pool was
+  // captured (0: never), and the write operations begun since: what a restart from it would lose
+  // (at most: an operation that changed nothing counts too). `writes` counts them since creation.
+  uint64_t last_snapshot_unix_ns = 0;
+  uint64_t writes_since_snapshot = 0;
+  uint64_t writes = 0;
+  // This Table's snapshots (info() only).
+  std::string snapshot_path;    // OpenOptions::snapshots.path
+  uint64_t snapshots_taken = 0;
+  SnapshotResult last_snapshot;  // the last one this Table took (automatic or not)
+  std::string snapshot_error;   // the last automatic snapshot's failure, empty once one succeeds
 };
 
 struct CheckResult {
@@ -214,8 +225,22 @@ class Table {
   // state stays until the new one is complete). Other engines work in the pool: nothing to do.
   void save();
   // Makes everything durable (saving a GPU-memory table), marks the pool clean and lets go of it
-  // (the pool may be opened again at once). Later calls on this Table throw kInvalidArgument.
+  // (the pool may be opened again at once); with automatic snapshots, first takes a last one if
+  // anything was written since the previous. Later calls on this Table throw kInvalidArgument.
   void close();
+
+  // Writes a consistent snapshot of the table to `path` (default: OpenOptions::snapshots.path), a
+  // file on a real file system, and returns when it is durable (gphash/snapshot.h). Writing
+  // batches wait only while the changed pages are copied into memory (on the GPU engine, also
+  // for a batch still running on a stream); searches go on. A GPU-memory table is saved to its
+  // pool first. Throws kInvalidArgument while a device session is open (end it first).
+  SnapshotResult snapshot(const std::string& path = {});
+  // Creates the pool `pool` from the last snapshot in `snapshot_file` and recovers it (a recount)
+  // once, leaving it shut down cleanly with exactly the snapshot's items. A damaged, truncated or
+  // foreign file throws kCorruptFile and creates nothing; an existing pool is kept unless
+  // options.replace.
+  static RestoreResult restore(const std::string& snapshot_file, const std::string& pool,
+                               const RestoreOptions& options = {});
 
  private:
   struct Impl;

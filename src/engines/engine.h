@@ -93,6 +93,17 @@ class Engine {
   // Device sessions: user kernels on `stream` operate on the table through a view (GPU engine).
   virtual DeviceSession begin_device_session(uint64_t max_new_items, void* stream);
   virtual std::shared_ptr<Completion> end_device_session(void* stream);
+  virtual bool device_session_open() const { return false; }
+
+  // Snapshots (src/snapshot): called while a snapshot holds writing batches off (the facade's
+  // lock held shared, so searches may run), each time before it takes the pool's dirty-page
+  // marks. The engine finishes the writes it has in flight (asynchronous batches) and reports
+  // every page it wrote to the pool other than through Pool::persist / write_header into
+  // pool.dirty_pages() (pool/dirty_pages.h), so the pool is at a batch boundary and its marks are
+  // complete. Throws kInvalidArgument while a device session is open (user kernels may be
+  // writing), and what a failed batch left (kTableFailed). Engines whose every write the pool
+  // sees have nothing to do.
+  virtual void prepare_snapshot() {}
 };
 
 inline DeviceSession Engine::begin_device_session(uint64_t, void*) {

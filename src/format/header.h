@@ -97,7 +97,12 @@ struct PoolHeader {
   uint32_t reserved0;  // reserved bytes are written as zero and ignored by readers
   uint64_t item_count;  // exact after a clean shutdown; recounted by recovery otherwise
   uint64_t pool_used;   // end of the last extent; the next extent starts here (aligned)
-  unsigned char reserved[kIndexSectionOffset - 104];
+  // The last completed snapshot of the pool to a file (src/snapshot): when it was captured (0:
+  // none), the pool's write counter (kWriteCounterOffset) at that moment, and the file's chain.
+  uint64_t snapshot_unix_ns;
+  uint64_t snapshot_writes;
+  unsigned char snapshot_chain_id[16];
+  unsigned char reserved[kIndexSectionOffset - 136];
   // The index's own metadata, selected by index_kind.
   union {
     GphashMeta gphash;
@@ -112,6 +117,9 @@ static_assert(offsetof(PoolHeader, generation) == 32);
 static_assert(offsetof(PoolHeader, index_kind) == 72);
 static_assert(offsetof(PoolHeader, item_count) == 88);
 static_assert(offsetof(PoolHeader, pool_used) == 96);
+static_assert(offsetof(PoolHeader, snapshot_unix_ns) == 104);
+static_assert(offsetof(PoolHeader, snapshot_writes) == 112);
+static_assert(offsetof(PoolHeader, snapshot_chain_id) == 120);
 static_assert(offsetof(PoolHeader, gphash) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, hmeh) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, checksum) == 4088);
@@ -133,6 +141,13 @@ GPHASH_HD uint64_t move_record_checksum(uint64_t move_from, uint64_t move_to) {
   const uint64_t words[2] = {move_from, move_to};
   return xxh64_words<2>(words, kMoveInProgress);
 }
+
+// The pool's write counter, in the maintenance page on a cache line of its own: write operations
+// begun on the pool since it was created. The facade adds a writing batch's operations before the
+// batch runs, so the counter minus the header's snapshot_writes bounds what a restart from the
+// last snapshot would lose. Informational: nothing in recovery depends on it.
+inline constexpr uint64_t kWriteCounterOffset = kMaintenanceOffset + 64;
+static_assert(kWriteCounterOffset % 64 == 0 && kWriteCounterOffset + 8 <= kReservedPrefixBytes);
 
 uint64_t header_checksum(const PoolHeader& h);
 void seal(PoolHeader& h);  // sets the checksum

@@ -340,6 +340,7 @@ void Pool::map_file(uint64_t reserve_bytes) {
   munmap(reinterpret_cast<void*>(aligned + reserve_bytes), raw + kBaseAlign - aligned);
   base_ = reinterpret_cast<std::byte*>(aligned);
   reserved_ = reserve_bytes;
+  dirty_pages_ = std::make_unique<DirtyPages>(reserved_);
   if (file_size_ > 0) {
     if (file_size_ > reserved_)
       throw Error(ErrorCode::kNoSpace, fmt::format("pool {} ({} bytes) exceeds its address reservation", path_, file_size_));
@@ -414,6 +415,8 @@ HeaderSnapshot read_header(const std::string& spec) {
   r.file_size = static_cast<uint64_t>(st.st_size);
   try {
     r.header = choose_header(fd, loc.path, r.file_size).header;
+    if (pread(fd, &r.write_counter, sizeof r.write_counter, format::kWriteCounterOffset) != sizeof r.write_counter)
+      r.write_counter = 0;
   } catch (...) {
     close(fd);
     throw;
@@ -525,6 +528,9 @@ uint64_t Pool::allocate_extent(PoolHeader& h, uint64_t bytes) {
     if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
                   static_cast<off_t>(stale_end - offset)) != 0)
       std::memset(base_ + offset, 0, stale_end - offset);
+    // A snapshot may hold those bytes. (The part grown below is new and zero, as a restore
+    // leaves every page no snapshot wrote, so it needs no mark.)
+    dirty_pages_->mark(offset, stale_end - offset);
   }
   grow_file(end);
   h.pool_used = offset + bytes;
@@ -534,11 +540,13 @@ uint64_t Pool::allocate_extent(PoolHeader& h, uint64_t bytes) {
 
 void Pool::release_extent(uint64_t offset, uint64_t bytes) {
   if (copy_on_write_) return;  // the file is not ours to change
-  // Best effort: the memory returns to the file system; reads would see zeros.
+  // Best effort: the memory returns to the file system; reads would see zeros. No dirty mark: a
+  // restore clears every range outside the header's extents (src/snapshot/restore.cpp).
   (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(bytes));
 }
 
 void Pool::persist(const void* p, size_t n) const {
+  dirty_pages_->mark(static_cast<uint64_t>(static_cast<const std::byte*>(p) - base_), n);
   switch (persist_mode_) {
     case PersistMode::kOrdered:
     case PersistMode::kMsync:

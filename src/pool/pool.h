@@ -9,6 +9,7 @@
 #include <string>
 
 #include "format/header.h"
+#include "pool/dirty_pages.h"
 
 namespace gphash::pool {
 
@@ -62,6 +63,7 @@ struct HeaderSnapshot {
   std::string path;
   uint64_t file_size = 0;
   bool in_use = false;
+  uint64_t write_counter = 0;  // format::kWriteCounterOffset
 };
 HeaderSnapshot read_header(const std::string& spec);
 
@@ -111,9 +113,13 @@ class Pool {
   // Returns an extent's memory to the file system (its offsets stay reserved).
   void release_extent(uint64_t offset, uint64_t bytes);
 
+  // Pages changed since the last snapshot took them (dirty_pages.h says who marks what).
+  DirtyPages& dirty_pages() const { return *dirty_pages_; }
+
   format::MaintenanceRecord* maintenance() const { return at<format::MaintenanceRecord>(format::kMaintenanceOffset); }
 
-  // Makes [p, p+n) durable per persist_mode() (kMsync defers to sync()).
+  // Makes [p, p+n) durable per persist_mode() (kMsync defers to sync()), and marks its pages
+  // dirty for the next snapshot.
   void persist(const void* p, size_t n) const;
   // The durability point of a batch: a store fence, plus msync for file pools.
   void sync() const;
@@ -138,6 +144,7 @@ class Pool {
   uint64_t file_size_ = 0;  // bytes mapped (= the file's size)
   uint64_t max_size_ = 0;
   format::PoolHeader header_{};
+  std::unique_ptr<DirtyPages> dirty_pages_;  // sized to the reservation in map_file()
   int current_copy_ = 0;
   bool other_copy_invalid_ = false;
 };

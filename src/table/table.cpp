@@ -16,6 +16,9 @@
 #include "format/hmeh/layout.h"
 #include "indexes/hmeh/hmeh.h"
 #include "pool/pool.h"
+#include "snapshot/auto_snapshots.h"
+#include "snapshot/restore.h"
+#include "snapshot/snapshotter.h"
 #if GPHASH_HAVE_CUDA
 #include "engines/gpu/gpu_engine.h"
 #endif
@@ -34,6 +37,21 @@ struct Table::Impl {
   void check_usable() const;
   template <class F>
   auto guarded(F&& f) -> decltype(f());
+  // Snapshots. Declared after what they use, so they go first; the scheduler last of all.
+  std::unique_ptr<snapshot::Snapshotter> snapshotter;
+  std::mutex snapshot_status;  // guards the three below
+  uint64_t snapshots_taken = 0;
+  SnapshotResult last_snapshot;
+  std::string snapshot_error;
+  std::unique_ptr<snapshot::AutoSnapshots> auto_snapshots;
+  bool engine_closed = false;
+
+  SnapshotResult take_snapshot(const std::string& path, bool skip_if_unchanged = false);
+  void start_snapshots();
+  void shut_down();
+  void after_writing_batch() {
+    if (auto_snapshots) auto_snapshots->writing_batch_done();
+  }
 };
 
 namespace {
@@ -63,6 +81,15 @@ void check_options(const OpenOptions& o) {
   if (!(o.max_load_factor > 0 && o.max_load_factor <= 1))
     throw Error(ErrorCode::kInvalidArgument, fmt::format("max_load_factor {} is not in (0, 1]", o.max_load_factor),
                 "max_load_factor");
+  const SnapshotOptions& s = o.snapshots;
+  if (!(s.every_seconds >= 0 && s.every_seconds <= 1e9))
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("snapshots.every_seconds {} is not in 0..1e9", s.every_seconds),
+                "snapshots.every_seconds");
+  if ((s.every_seconds > 0 || s.every_batches > 0) && s.path.empty())
+    throw Error(ErrorCode::kInvalidArgument, "automatic snapshots need a file: set snapshots.path", "snapshots.path");
+  if (s.file_mode > 0777)
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("snapshots.file_mode {:o} is not in 0..0777", s.file_mode),
+                "snapshots.file_mode");
 }
 
 bool needs_value(Op op) { return op == Op::kInsert || op == Op::kUpsert || op == Op::kUpdate; }
@@ -83,12 +110,16 @@ Table::Table(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Table::Table(Table&&) noexcept = default;
 Table& Table::operator=(Table&&) noexcept = default;
 Table::~Table() {
-  if (impl_ && impl_->engine && !impl_->failure.empty()) impl_->engine->abandon();
+  if (impl_ && impl_->engine && !impl_->failure.empty()) {
+    impl_->auto_snapshots.reset();
+    impl_->engine->abandon();
+  }
   if (impl_ && impl_->engine && impl_->failure.empty()) {
     try {
-      impl_->engine->close();
+      impl_->shut_down();
     } catch (...) {
-      // The pool stays marked dirty; the next open recovers it.
+      // The pool stays marked dirty (the next open recovers it), or the last snapshot was not
+      // taken (the previous one stands).
     }
   }
 }
@@ -105,6 +136,7 @@ Table Table::create(const std::string& pool_spec, const TableConfig& config, con
     engine::TableMeta::initialize(*impl->pool, config);
   impl->pool->publish();
   impl->engine = make_engine(*impl->pool, options);
+  impl->start_snapshots();
   return Table(std::move(impl));
 }
 
@@ -112,16 +144,34 @@ Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
   check_options(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->pool = pool::Pool::open(pool_spec, {options.read_only, options.max_pool_bytes, options.force_flush});
+  const pool::OpenOptions pool_options{options.read_only, options.max_pool_bytes, options.force_flush};
+  try {
+    impl->pool = pool::Pool::open(pool_spec, pool_options);
+  } catch (const Error& e) {
+    // A pool that no longer exists (a reboot emptied /dev/shm) comes back from its snapshot.
+    const std::string& file = options.snapshots.path;
+    if (e.code() != ErrorCode::kNotFound || file.empty() || !snapshot::posix_file_system().exists(file)) throw;
+    RestoreOptions restore;
+    restore.pool_file_mode = options.pool_file_mode;
+    restore.threads = options.threads;
+    try {
+      Table::restore(file, pool_spec, restore);
+    } catch (const Error& again) {
+      if (again.code() != ErrorCode::kPoolExists) throw;  // another process restored it first
+    }
+    impl->pool = pool::Pool::open(pool_spec, pool_options);
+  }
   impl->engine = make_engine(*impl->pool, options);
+  impl->start_snapshots();
   return Table(std::move(impl));
 }
 
 namespace {
 
-// Checks a batch before it reaches an engine; returns whether it may write. The arrays of a batch
-// in GPU memory are never read here (the engine reports unknown ops per entry, kInvalidOp).
-bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options) {
+// Checks a batch before it reaches an engine; returns how many of its operations may write (0: a
+// searching batch). The arrays of a batch in GPU memory are never read here (the engine reports
+// unknown ops per entry, kInvalidOp): all of a mixed one count as writes.
+uint64_t validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options) {
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
   if (b.key_width != key_width_of(h))
@@ -130,9 +180,11 @@ bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Poo
   if (b.memory == MemorySpace::kDevice && options.engine != EngineKind::kGpu)
     throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
   bool writes = false, values_needed = false;
+  uint64_t write_ops = 0;
   if (b.ops && b.memory == MemorySpace::kDevice) {
     writes = true;  // unknown on the host; entries that need a value read `values`
     values_needed = true;
+    write_ops = b.size;
   } else {
     for (size_t i = 0; i < b.size; ++i) {
       const Op op = b.ops ? b.ops[i] : b.op;
@@ -140,8 +192,12 @@ bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Poo
         throw Error(ErrorCode::kInvalidArgument,
                     fmt::format("malformed batch: unknown op {} at index {}", static_cast<int>(op), i), "ops");
       writes |= op != Op::kSearch;
+      write_ops += op != Op::kSearch ? 1 : 0;
       values_needed |= needs_value(op);
-      if (!b.ops) break;  // one op for all entries
+      if (!b.ops) {  // one op for all entries
+        write_ops *= b.size;
+        break;
+      }
     }
   }
   if (values_needed && !b.values)
@@ -157,7 +213,7 @@ bool validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Poo
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", pool.path()));
   if (reinterpret_cast<uintptr_t>(b.keys) % 8 != 0)
     throw Error(ErrorCode::kInvalidArgument, "malformed batch: keys must be 8-byte aligned", "keys");
-  return writes;
+  return write_ops;
 }
 
 }  // namespace
@@ -197,10 +253,18 @@ auto Table::Impl::guarded(F&& f) -> decltype(f()) {
 void Table::execute(const Batch& b) {
   impl_->check_usable();
   if (b.size == 0) return;
-  const bool writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
   if (writes) {
-    std::unique_lock lock(impl_->batches);
-    impl_->guarded([&] { impl_->engine->execute(b); });
+    {
+      std::unique_lock lock(impl_->batches);
+      impl_->guarded([&] {
+        // Before the batch runs, so a crash in the middle leaves it counted: the count bounds what
+        // a restart from the last snapshot loses.
+        snapshot::count_pool_writes(*impl_->pool, writes);
+        impl_->engine->execute(b);
+      });
+    }
+    impl_->after_writing_batch();
   } else {
     std::shared_lock lock(impl_->batches);
     impl_->guarded([&] { impl_->engine->execute(b); });
@@ -213,11 +277,18 @@ BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
   if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
     throw Error(ErrorCode::kInvalidArgument,
                 "execute_async needs the batch's arrays in GPU memory (MemorySpace::kDevice); use execute for host arrays");
-  const bool writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
   std::shared_ptr<engine::Completion> done;
   if (writes) {
-    std::unique_lock lock(impl_->batches);
-    done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
+    {
+      std::unique_lock lock(impl_->batches);
+      done = impl_->guarded([&] {
+        snapshot::count_pool_writes(*impl_->pool, writes);
+        return impl_->engine->execute_async(b, stream);
+      });
+    }
+    // A snapshot this wakes waits for the batch to finish on the device (Engine::prepare_snapshot).
+    impl_->after_writing_batch();
   } else {
     std::shared_lock lock(impl_->batches);
     done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
@@ -227,7 +298,14 @@ BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
 
 DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessionOptions& options) {
   std::unique_lock lock(impl_->batches);
-  engine::DeviceSession s = impl_->guarded([&] { return impl_->engine->begin_device_session(options.max_new_items, stream); });
+  engine::DeviceSession s = impl_->guarded([&] {
+    engine::DeviceSession opened = impl_->engine->begin_device_session(options.max_new_items, stream);
+    // The host cannot count a session's writes: it counts as one write operation, so the pool
+    // reads as written since its last snapshot (TableInfo::writes_since_snapshot is then a lower
+    // bound).
+    snapshot::count_pool_writes(*impl_->pool, 1);
+    return opened;
+  });
   DeviceSession r;
   r.shape = s.shape;
   r.key_width = s.key_width;
@@ -236,8 +314,13 @@ DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessi
 }
 
 BatchEvent Table::end_device_session(CUstream_st* stream) {
-  std::unique_lock lock(impl_->batches);
-  return BatchEvent(impl_->guarded([&] { return impl_->engine->end_device_session(stream); }));
+  BatchEvent done;
+  {
+    std::unique_lock lock(impl_->batches);
+    done = BatchEvent(impl_->guarded([&] { return impl_->engine->end_device_session(stream); }));
+  }
+  impl_->after_writing_batch();
+  return done;
 }
 
 void BatchEvent::wait() const {
@@ -292,6 +375,7 @@ TableInfo info_from_header(const format::PoolHeader& h, const std::string& path,
   i.format_version = fmt::format("{}.{}", h.version_major, h.version_minor);
   i.value_checksums = format::has_value_checksums(h);
   for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
+  i.last_snapshot_unix_ns = h.snapshot_unix_ns;
   if (h.index_kind == format::kIndexHmeh) return info_from_hmeh_header(h, i);
   i.index = h.index_kind == format::kIndexGphash ? "gphash" : "unknown";
   i.key_width = h.gphash.key_width;
@@ -309,12 +393,18 @@ TableInfo info_from_header(const format::PoolHeader& h, const std::string& path,
   return i;
 }
 
+void set_writes(TableInfo& i, const format::PoolHeader& h, uint64_t counter) {
+  i.writes = counter;
+  i.writes_since_snapshot = counter >= h.snapshot_writes ? counter - h.snapshot_writes : counter;
+}
+
 }  // namespace
 
 TableInfo Table::inspect(const std::string& pool_spec) {
   const pool::HeaderSnapshot snap = pool::read_header(pool_spec);
   TableInfo i = info_from_header(snap.header, snap.path, snap.kind, snap.file_size);
   i.in_use = snap.in_use;
+  set_writes(i, snap.header, snap.write_counter);
   return i;
 }
 
@@ -346,6 +436,12 @@ TableInfo Table::info() const {
   i.last_slow_seconds = s.last_slow_seconds;
   i.open_map_seconds = s.open_map_seconds;
   i.recovery_seconds = s.recovery_seconds;
+  set_writes(i, pool.header(), snapshot::pool_writes(pool));
+  i.snapshot_path = impl_->options.snapshots.path;
+  std::lock_guard status(impl_->snapshot_status);
+  i.snapshots_taken = impl_->snapshots_taken;
+  i.last_snapshot = impl_->last_snapshot;
+  i.snapshot_error = impl_->snapshot_error;
   return i;
 }
 
@@ -539,13 +635,105 @@ TableStats Table::stats() {
 }
 
 void Table::close() {
-  std::unique_lock lock(impl_->batches);
   if (!impl_->engine) return;
-  impl_->guarded([&] { impl_->engine->close(); });
-  // A closed table lets go of its pool (lock, mapping, GPU memory), so this process can open,
-  // check or copy it while the Table object still exists.
-  impl_->engine.reset();
-  impl_->pool.reset();
+  impl_->shut_down();
+}
+
+// ---- snapshots ---------------------------------------------------------------------------------
+
+void Table::Impl::start_snapshots() {
+  // The engine finishes its writes in flight and reports the pages it wrote whenever the snapshot
+  // holds writers off (engine.h, Engine::prepare_snapshot).
+  snapshotter = std::make_unique<snapshot::Snapshotter>(*pool, batches, snapshot::posix_file_system(),
+                                                        [this] { engine->prepare_snapshot(); });
+  const SnapshotOptions& s = options.snapshots;
+  if (s.every_seconds > 0 || s.every_batches > 0)
+    auto_snapshots = std::make_unique<snapshot::AutoSnapshots>(
+        [this] {
+          try {
+            // A device session's kernels may be writing: wait for a later round.
+            if (engine->device_session_open()) return;
+            take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
+          } catch (const std::exception& e) {
+            std::lock_guard status(snapshot_status);
+            snapshot_error = e.what();
+          }
+        },
+        s.every_seconds, s.every_batches);
+}
+
+SnapshotResult Table::Impl::take_snapshot(const std::string& path, bool skip_if_unchanged) {
+  check_usable();
+  snapshot::TakeOptions take;
+  if (options.engine == EngineKind::kGpu && options.placement == Placement::kGpuMemory && !engine_closed) {
+    std::unique_lock lock(batches);
+    guarded([&] { engine->save(); });  // the pool must hold the table before it is copied
+    // Batches after this lock is released change only GPU memory, but count in the pool's write
+    // counter: the snapshot stands for the count at the save, so they are not taken as saved
+    // (an automatic snapshot would skip them, and info() would understate what a restart loses).
+    take.captured_writes = snapshot::pool_writes(*pool);
+  }
+  take.file_mode = options.snapshots.file_mode;
+  take.skip_if_unchanged = skip_if_unchanged;
+  SnapshotResult r = snapshotter->take(path, take);
+  if (r.skipped) return r;
+  std::lock_guard status(snapshot_status);
+  ++snapshots_taken;
+  last_snapshot = r;
+  snapshot_error.clear();
+  return r;
+}
+
+void Table::Impl::shut_down() {
+  if (auto_snapshots) auto_snapshots->stop();
+  {
+    std::unique_lock lock(batches);
+    guarded([&] { engine->close(); });
+    engine_closed = true;
+  }
+  // With automatic snapshots, what the last one missed goes into a final one: a clean shutdown
+  // then loses nothing to a reboot. Its failure is reported after the pool is let go of (the pool
+  // is closed cleanly either way; the previous snapshot stands).
+  std::exception_ptr last_failed;
+  if (auto_snapshots && !pool->read_only()) {
+    auto_snapshots.reset();  // once only, also if it fails
+    try {
+      take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
+    } catch (...) {
+      last_failed = std::current_exception();
+    }
+  }
+  auto_snapshots.reset();
+  {
+    // A closed table lets go of its pool (lock, mapping, GPU memory), so this process can open,
+    // check or copy it while the Table object still exists.
+    std::unique_lock lock(batches);
+    snapshotter.reset();
+    engine.reset();
+    pool.reset();
+  }
+  if (last_failed) std::rethrow_exception(last_failed);
+}
+
+SnapshotResult Table::snapshot(const std::string& path) {
+  impl_->check_usable();
+  const std::string& file = path.empty() ? impl_->options.snapshots.path : path;
+  if (file.empty())
+    throw Error(ErrorCode::kInvalidArgument, "snapshot: no file given and no OpenOptions::snapshots.path", "path");
+  return impl_->take_snapshot(file);
+}
+
+RestoreResult Table::restore(const std::string& snapshot_file, const std::string& pool_spec,
+                             const RestoreOptions& options) {
+  check_threads(options.threads, "restore threads");
+  RestoreResult r = snapshot::restore_pool(snapshot_file, pool_spec, options);
+  // The capture saw the pool open for writing: recover (recount) it once and close it cleanly.
+  OpenOptions open;
+  open.threads = options.threads;
+  Table t = Table::open(pool_spec, open);
+  r.items = t.size();
+  t.close();
+  return r;
 }
 
 const char* to_string(Op op) noexcept {

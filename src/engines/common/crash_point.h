@@ -22,7 +22,7 @@
 #include <cstdint>
 
 // X(name, scope): scope says which engines reach the point (kCommon: code both GPHash engines
-// run; kHmeh: the HMEH index).
+// run; kHmeh: the HMEH index; kSnapshot: the snapshot code, which the engine crash tests do not run).
 #define GPHASH_CRASH_POINT_LIST(X)                                                              \
   /* Pool header writes (pool.cpp): a whole new copy is in memory, not yet persisted. */       \
   X("header.after_copy_write", kCommon)                                                        \
@@ -81,11 +81,20 @@
   /* HMEH recovery: the directories, then claims cut short become tombstones. */                \
   X("hmeh.recovery.begin", kHmeh)                                                              \
   X("hmeh.recovery.after_directory", kHmeh)                                                    \
-  X("hmeh.recovery.after_clear_claim", kHmeh)
+  X("hmeh.recovery.after_clear_claim", kHmeh)                                                  \
+  /* Snapshots (src/snapshot/snapshotter.cpp): swept by tests/snapshot_crash_test.cpp. */      \
+  X("snapshot.after_first_pass", kSnapshot)                                                    \
+  X("snapshot.after_capture", kSnapshot)                                                       \
+  X("snapshot.after_segment_write", kSnapshot)                                                 \
+  X("snapshot.after_segment_sync", kSnapshot)                                                  \
+  X("snapshot.after_superblock_write", kSnapshot)                                              \
+  X("snapshot.after_rename", kSnapshot)                                                        \
+  X("snapshot.after_commit", kSnapshot)                                                        \
+  X("restore.before_publish", kSnapshot)
 
 namespace gphash::crash {
 
-enum Scope : uint8_t { kCommon, kCpu, kGpu, kHmeh };
+enum Scope : uint8_t { kCommon, kCpu, kGpu, kHmeh, kSnapshot };
 
 struct PointInfo {
   const char* name;

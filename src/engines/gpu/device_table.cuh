@@ -66,9 +66,14 @@ struct CrashCountdown {
 // (without it an erase's EMPTY could land after another warp's insert into the freed slot).
 struct PoolWrites {
   bool persistent;
-  // Snapshots: one byte per 4 KiB page of the pool, set for every page written (null: off). Pool
-  // memory is registered so that device and host addresses agree; pool_base is offset 0.
-  uint8_t* dirty_pages;
+  // Snapshots (pool/dirty_pages.h): a bitmap in GPU memory with one bit per 4 KiB page of the pool
+  // (bit b of 32-bit word w: page 32 * w + b, so on the host it reads as DirtyPages' 64-bit
+  // words), set for every page written; null: off. Pool memory is registered so that device and
+  // host addresses agree (PoolMapping::same_addresses); pool_base is offset 0. A page at or past
+  // dirty_page_limit (the pool grew and the bitmap did not: must not happen) sets the word at
+  // dirty_bits[dirty_page_limit / 32 rounded up], which makes the engine mark every page.
+  uint32_t* dirty_bits;
+  uint64_t dirty_page_limit;
   uintptr_t pool_base;
 #if GPHASH_CRASH_POINTS
   CrashCountdown* countdown;
@@ -80,10 +85,19 @@ struct PoolWrites {
 #endif
   }
   __device__ __forceinline__ void mark(const void* p, size_t n) const {
-    if (!dirty_pages) return;
-    const uintptr_t first = (reinterpret_cast<uintptr_t>(p) - pool_base) >> kDirtyPageShift;
-    const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + n - 1 - pool_base) >> kDirtyPageShift;
-    for (uintptr_t page = first; page <= last; ++page) dirty_pages[page] = 1;
+    if (!dirty_bits) return;
+    const uint64_t first = (reinterpret_cast<uintptr_t>(p) - pool_base) >> kDirtyPageShift;
+    const uint64_t last = (reinterpret_cast<uintptr_t>(p) + n - 1 - pool_base) >> kDirtyPageShift;
+    for (uint64_t page = first; page <= last; ++page) {
+      if (page >= dirty_page_limit) {
+        atomicOr(&dirty_bits[(dirty_page_limit + 31) / 32], 1u);
+        return;
+      }
+      uint32_t* word = &dirty_bits[page / 32];
+      const uint32_t bit = 1u << (page % 32);
+      // Most stores hit a page already marked: a load, and no atomic.
+      if ((*reinterpret_cast<volatile uint32_t*>(word) & bit) == 0) atomicOr(word, bit);
+    }
   }
   __device__ __forceinline__ void store(uint64_t* p, uint64_t v) const {
     count();

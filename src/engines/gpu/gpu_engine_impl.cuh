@@ -120,6 +120,7 @@ class GpuEngine final : public Engine {
 #endif
     ctx_.counters = counters_.get();
     attach_pool();
+    start_write_tracking();
     stats_.open_map_seconds = seconds_since(t0);
 
     if (dirty) {
@@ -224,6 +225,22 @@ class GpuEngine final : public Engine {
     save_locked();
   }
 
+  bool device_session_open() const override {
+    std::lock_guard lock(mutex_);
+    return session_open_;
+  }
+
+  // A snapshot holds writers off: once the batch in flight (if any) is done, the pages the
+  // kernels marked join the pool's own record (collect_marks).
+  void prepare_snapshot() override {
+    std::lock_guard lock(mutex_);
+    if (session_open_)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "a device session is open on this table (its kernels may be writing): end it before taking a snapshot");
+    wait_settled();
+    collect_marks();
+  }
+
   void abandon() override {
     std::lock_guard lock(mutex_);
     closed_ = true;
@@ -301,6 +318,53 @@ class GpuEngine final : public Engine {
     dt_.heap.capacity = meta_.heap_cells();
   }
 
+  // ---- dirty pages for snapshots --------------------------------------------------------------
+  //
+  // Kernels store to a host-mapped pool over PCIe, which the pool's own dirty-page record never
+  // sees; the one write path (PoolWrites::mark) sets a bit per 4 KiB page in GPU memory instead,
+  // and a snapshot moves those bits into the pool's record with writers held off
+  // (prepare_snapshot), or the engine does before the bitmap grows. With that the engine tracks
+  // its writes and snapshots are incremental. If device addresses of the pool differed from host
+  // ones (never on 64-bit Linux with unified addressing) the marks would name the wrong pages:
+  // the engine then does not track, and every snapshot is a full image (correct, not incremental).
+
+  void start_write_tracking() {
+    tracking_ = mapping_.same_addresses();
+    if (tracking_ && !pool_.read_only()) cover_pool();
+    pool_.dirty_pages().set_engine_tracks_writes(tracking_);
+  }
+
+  // Sizes the bitmap to the pool's current size (with room to grow); called before a kernel can
+  // write a part of the pool that was just added (resize, heap growth). No kernel is running.
+  void cover_pool() {
+    if (!tracking_ || pool_.read_only()) return;
+    const uint64_t pages = (pool_.file_size() + (uint64_t{1} << kDirtyPageShift) - 1) >> kDirtyPageShift;
+    if (dirty_bits_.get() && pages <= dt_.writes.dirty_page_limit) return;
+    collect_marks();  // the old bitmap's marks, before it goes
+    const uint64_t limit = (std::max<uint64_t>(2 * pages, 1 << 15) + 63) / 64 * 64;  // a multiple of 64
+    DeviceBuffer<uint32_t> bits(limit / 32 + 2);  // the bitmap, then the overflow word (and padding)
+    GPHASH_CUDA(cudaMemset(bits.get(), 0, bits.size() * 4));
+    dirty_bits_ = std::move(bits);
+    dt_.writes.dirty_page_limit = limit;
+    // Kernels mark only while they write the pool itself (not a GPU-memory copy of the table).
+    if (dt_.writes.persistent) dt_.writes.dirty_bits = dirty_bits_.get();
+  }
+
+  // Moves the kernels' marks into the pool's record and clears them. No kernel may be running.
+  void collect_marks() {
+    if (!dirty_bits_.get()) return;
+    GPHASH_CUDA(cudaStreamSynchronize(batch_stream_));
+    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
+    const uint64_t limit = dt_.writes.dirty_page_limit;
+    host_dirty_.resize(dirty_bits_.size() / 2);
+    GPHASH_CUDA(cudaMemcpy(host_dirty_.data(), dirty_bits_.get(), dirty_bits_.size() * 4, cudaMemcpyDeviceToHost));
+    if (host_dirty_[limit / 64] != 0)
+      pool_.dirty_pages().mark(0, pool_.file_size());  // a page past the bitmap: trust nothing
+    else
+      pool_.dirty_pages().merge(host_dirty_.data(), static_cast<size_t>(limit / 64));
+    GPHASH_CUDA(cudaMemset(dirty_bits_.get(), 0, dirty_bits_.size() * 4));
+  }
+
   // The pool was not shut down cleanly: finish or undo an interrupted move, clear slots left
   // INSERTING, finish an interrupted resize. All in the pool, before anything else reads it.
   void recover() {
@@ -330,7 +394,7 @@ class GpuEngine final : public Engine {
       dt_.heap.chunk[c] = device_chunks_[c].get();
     }
     dt_.writes.persistent = false;
-    dt_.writes.dirty_pages = nullptr;
+    dt_.writes.dirty_bits = nullptr;  // the table is no longer the pool's: save_locked marks what it writes
     dt_.maintenance = nullptr;  // nothing of the pool changes until save()
   }
 
@@ -797,6 +861,7 @@ class GpuEngine final : public Engine {
     const uint32_t new_top = old_bottom + T::L;
     if (!dt_.level[new_top])
       dt_.level[new_top] = mapping_.map(meta_.header().gphash.level_offset[new_top], format::level_bytes(meta_.header(), new_top));
+    cover_pool();  // the new level is pool memory the kernels now write
     rehash(old_bottom, upper_tags);
     mapping_.unmap(meta_.header().gphash.level_offset[old_bottom]);
     dt_.level[old_bottom] = nullptr;
@@ -845,6 +910,7 @@ class GpuEngine final : public Engine {
       meta_.grow_heap();
       dt_.heap.chunk[heap_chunks_] =
           mapping_.map(meta_.header().gphash.heap_chunk_offset[heap_chunks_], cells * dt_.heap.cell_size);
+      cover_pool();
     }
     ++heap_chunks_;
     dt_.heap.capacity += cells;
@@ -899,11 +965,13 @@ class GpuEngine final : public Engine {
       const uint64_t bytes = format::level_bytes(h, l);
       h.gphash.level_offset[l] = pool_.allocate_extent(h, bytes);
       GPHASH_CUDA(cudaMemcpy(pool_.base() + h.gphash.level_offset[l], dt_.level[l], bytes, cudaMemcpyDeviceToHost));
+      pool_.dirty_pages().mark(h.gphash.level_offset[l], bytes);  // for the next snapshot
     }
     for (uint32_t c = 0; c < heap_chunks_; ++c) {
       const uint64_t bytes = dt_.heap.geometry.chunk_cells(c) * h.gphash.cell_size;
       h.gphash.heap_chunk_offset[c] = pool_.allocate_extent(h, bytes);
       GPHASH_CUDA(cudaMemcpy(pool_.base() + h.gphash.heap_chunk_offset[c], dt_.heap.chunk[c], bytes, cudaMemcpyDeviceToHost));
+      pool_.dirty_pages().mark(h.gphash.heap_chunk_offset[c], bytes);
     }
     h.gphash.heap_chunk_count = heap_chunks_;
     h.gphash.bottom_level = dt_.bottom;
@@ -938,6 +1006,10 @@ class GpuEngine final : public Engine {
   uint32_t heap_chunks_ = 0;
   DeviceBuffer<uint8_t> tags_;
   DeviceBuffer<uint32_t> key_locks_;
+  // Snapshots: the kernels' dirty-page bitmap (cover_pool) and its host copy (collect_marks).
+  bool tracking_ = false;
+  DeviceBuffer<uint32_t> dirty_bits_;
+  std::vector<uint64_t> host_dirty_;
   DeviceBuffer<uint64_t> free_cells_, freed_;
   uint64_t free_count_ = 0, fresh_next_ = 0;
   DeviceBuffer<uint64_t> keys_;
