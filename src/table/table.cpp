@@ -664,6 +664,11 @@ void Table::Impl::start_snapshots() {
 
 SnapshotResult Table::Impl::take_snapshot(const std::string& path, bool skip_if_unchanged) {
   check_usable();
+  // Refused before the snapshot starts, so the chain stays as it was and the next snapshot can
+  // still be a delta (the engine's own check, mid-snapshot, would make it start a new chain).
+  if (!engine_closed && engine->device_session_open())
+    throw Error(ErrorCode::kInvalidArgument,
+                "a device session is open on this table (its kernels may be writing): end it before taking a snapshot");
   snapshot::TakeOptions take;
   if (options.engine == EngineKind::kGpu && options.placement == Placement::kGpuMemory && !engine_closed) {
     std::unique_lock lock(batches);
