@@ -9,6 +9,7 @@
 
 #include "engines/common/crash_point.h"
 #include "format/header.h"
+#include "format/hmeh/layout.h"
 #include "gphash/error.h"
 #include "pool/pool.h"
 #include "snapshot/snapshot_reader.h"
@@ -39,9 +40,22 @@ format::PoolHeader restored_header(const pool::Pool& pool, uint64_t pool_bytes, 
   return *best;
 }
 
-// The pool's extents (prefix, levels, heap chunks) as sorted [begin, end) ranges.
+// The pool's extents as sorted [begin, end) ranges: the prefix, then GPHash's levels and heap
+// chunks, or HMEH's segment, radix-node and heap chunks (chunk c of an arena holds first << c
+// units). Anything else is released, so this must name every extent of either index.
 std::vector<std::pair<uint64_t, uint64_t>> live_extents(const format::PoolHeader& h) {
   std::vector<std::pair<uint64_t, uint64_t>> r{{0, format::kReservedPrefixBytes}};
+  if (h.index_kind == format::kIndexHmeh) {
+    const format::HmehMeta& m = h.hmeh;
+    const auto arena = [&](uint32_t chunks, uint64_t first, const uint64_t* offsets, uint64_t unit_bytes) {
+      for (uint32_t c = 0; c < chunks; ++c) r.push_back({offsets[c], offsets[c] + (first << c) * unit_bytes});
+    };
+    arena(m.segment_chunk_count, m.segment_first_chunk, m.segment_chunk_offset, uint64_t{1} << m.segment_bytes_log2);
+    arena(m.node_chunk_count, m.node_first_chunk, m.node_chunk_offset, format::hmeh::kNodeBytes);
+    arena(m.heap_chunk_count, m.heap_first_chunk_cells, m.heap_chunk_offset, m.cell_size);
+    std::sort(r.begin(), r.end());
+    return r;
+  }
   for (uint32_t l = h.gphash.bottom_level; l <= format::highest_level(h); ++l)
     r.push_back({h.gphash.level_offset[l], h.gphash.level_offset[l] + format::level_bytes(h, l)});
   const format::HeapGeometry g = format::heap_geometry(h);
