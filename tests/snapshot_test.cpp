@@ -1,7 +1,6 @@
 // Snapshots of a pool to a file (gphash/snapshot.h): round trips against the model, incremental
 // and full images, compaction, damaged files, permissions, restoring a missing pool, automatic
 // snapshots, snapshots beside running batches, how long writers wait, and failed writes.
-#include <fstream>
 #include <fmt/format.h>
 #include <sys/stat.h>
 
