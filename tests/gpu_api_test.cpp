@@ -24,47 +24,13 @@
 #include "format/probe.h"
 #include "format/slot.h"
 #include "gpu_test_kernels.h"
+#include "gpu_test_util.h"
 #include "test_util.h"
 
 namespace gphash::testing {
 namespace {
 
 using namespace batches;
-
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    std::string why;                                                      \
-    if (!engine::gpu_available(&why)) GTEST_SKIP() << "no GPU: " << why;  \
-  } while (0)
-
-OpenOptions gpu(Placement placement = Placement::kHostMapped) {
-  OpenOptions o;
-  o.engine = EngineKind::kGpu;
-  o.placement = placement;
-  return o;
-}
-
-// GPU memory that frees itself.
-template <class T>
-struct Device {
-  explicit Device(size_t n) : n(n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
-  Device(const std::vector<T>& v) : Device(v.size()) { put(v); }
-  ~Device() { cudaFree(p); }
-  void put(const std::vector<T>& v) { EXPECT_EQ(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-  T* p = nullptr;
-  size_t n;
-};
-
-struct CudaStream {
-  CudaStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
-  ~CudaStream() { cudaStreamDestroy(s); }
-  cudaStream_t s;
-};
 
 Batch device_batch(Op op, const Device<uint64_t>& keys, const uint64_t* values, uint64_t* out, OpStatus* status) {
   Batch b;

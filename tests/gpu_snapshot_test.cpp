@@ -14,6 +14,7 @@
 
 #include "engines/gpu/gpu_engine.h"
 #include "gpu_test_kernels.h"
+#include "gpu_test_util.h"
 #include "snapshot_test_util.h"
 #include "test_util.h"
 
@@ -21,19 +22,6 @@ namespace gphash::testing {
 namespace {
 
 using namespace batches;
-
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    std::string why;                                                      \
-    if (!engine::gpu_available(&why)) GTEST_SKIP() << "no GPU: " << why;  \
-  } while (0)
-
-OpenOptions gpu(Placement placement = Placement::kHostMapped) {
-  OpenOptions o;
-  o.engine = EngineKind::kGpu;
-  o.placement = placement;
-  return o;
-}
 
 // `file`'s last snapshot, restored into a new pool and read with the CPU engine, holds exactly
 // the model's items (and checks clean).
@@ -47,31 +35,6 @@ void expect_restores_to(const std::string& file, const Model& model, const std::
   const CheckResult c = Table::check_pool(restored.path());
   EXPECT_TRUE(c.ok) << what << ": " << c.violation;
 }
-
-// GPU memory that frees itself.
-template <class T>
-struct Device {
-  explicit Device(size_t n) : n(n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
-  Device(const T* host, size_t count) : Device(count) {
-    EXPECT_EQ(cudaMemcpy(p, host, count * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~Device() { cudaFree(p); }
-  Device(const Device&) = delete;
-  Device& operator=(const Device&) = delete;
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-  }
-  T* p = nullptr;
-  size_t n;
-};
-
-struct CudaStream {
-  CudaStream() { cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); }
-  ~CudaStream() { cudaStreamDestroy(s); }
-  cudaStream_t s;
-};
 
 // A workload batch with its arrays copied into GPU memory (for execute_async).
 struct DeviceBatch {
