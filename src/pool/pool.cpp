@@ -492,6 +492,20 @@ bool convert_pool(const std::string& spec) {
   return true;
 }
 
+void Pool::mark_open_dirty() {
+  if (header_.clean_shutdown == 0) return;
+  PoolHeader h = header_;
+  h.clean_shutdown = 0;
+  write_header(h);
+}
+
+void Pool::mark_clean(uint64_t item_count) {
+  PoolHeader h = header_;
+  h.clean_shutdown = 1;
+  h.item_count = item_count;
+  write_header(h);
+}
+
 void Pool::write_header(PoolHeader h) {
   if (read_only_) throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", path_));
   h.generation = header_.generation + 1;

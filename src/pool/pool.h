@@ -104,6 +104,10 @@ class Pool {
   // Persists a new header: bumps the generation, seals it and writes the copy holding the older
   // generation, then persists it. `h` becomes the current header.
   void write_header(format::PoolHeader h);
+  // The clean-shutdown flag, the same for every index: the first writer after an open clears it
+  // (once), a clean close sets it with the item count.
+  void mark_open_dirty();
+  void mark_clean(uint64_t item_count);
   // For create: writes both copies.
   void write_initial_header(format::PoolHeader h);
 

@@ -127,18 +127,8 @@ void TableMeta::grow_heap() {
   GPHASH_CRASH_POINT("heap.grow.after_header");
 }
 
-void TableMeta::mark_open_dirty() {
-  if (header().clean_shutdown == 0) return;
-  PoolHeader h = header();
-  h.clean_shutdown = 0;
-  pool_.write_header(h);
-}
+void TableMeta::mark_open_dirty() { pool_.mark_open_dirty(); }
 
-void TableMeta::mark_clean(uint64_t item_count) {
-  PoolHeader h = header();
-  h.clean_shutdown = 1;
-  h.item_count = item_count;
-  pool_.write_header(h);
-}
+void TableMeta::mark_clean(uint64_t item_count) { pool_.mark_clean(item_count); }
 
 }  // namespace gphash::engine

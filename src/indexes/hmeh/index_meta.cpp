@@ -187,18 +187,8 @@ void IndexMeta::grow_heap() {
        &format::HmehMeta::heap_chunk_offset, meta().cell_size, arenas_.heap, "value heap");
 }
 
-void IndexMeta::mark_open_dirty() {
-  if (header().clean_shutdown == 0) return;
-  PoolHeader h = header();
-  h.clean_shutdown = 0;
-  pool_.write_header(h);
-}
+void IndexMeta::mark_open_dirty() { pool_.mark_open_dirty(); }
 
-void IndexMeta::mark_clean(uint64_t item_count) {
-  PoolHeader h = header();
-  h.clean_shutdown = 1;
-  h.item_count = item_count;
-  pool_.write_header(h);
-}
+void IndexMeta::mark_clean(uint64_t item_count) { pool_.mark_clean(item_count); }
 
 }  // namespace gphash::hmeh
