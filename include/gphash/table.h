@@ -176,7 +176,9 @@ class Table {
   // `stream` afterwards sees it complete; it is durable once `stream` passes the returned event.
   // The host does not wait for the device, except that a table runs one batch at a time: a call
   // while the previous batch is still in flight waits until that one is settled. Batches of more
-  // than 2^24 operations run in parts, and the call returns when all but the last are done.
+  // than 2^24 operations run in parts, and the call returns when all but the last are done. Room
+  // for the batch's inserts is made before it is enqueued (heap cells, a resize past the load
+  // factor); an insert that displacement still cannot place gets kTableFull.
   BatchEvent execute_async(const Batch& batch, CUstream_st* stream);
 
   // Device sessions (GPU engine): user kernels on `stream` work on the table through a
