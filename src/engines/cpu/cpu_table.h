@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -125,13 +126,14 @@ class CpuTable {
       if (cell != kNoCell) cells_.release(tid, cell);
       return o;
     };
+    if (op == Op::kSearch) {
+      SlotRef at;
+      if (!find_valid(p, at)) return Outcome::kNotFound;
+      if (value_out && !read_value(at, p, value_out)) return Outcome::kCorruptValue;
+      return Outcome::kOk;
+    }
     for (;;) {
       Scan s = scan(p, bottom_, top_);
-      if (op == Op::kSearch) {
-        if (s.valid < 0) return Outcome::kNotFound;
-        if (value_out && !read_value(s.match[s.valid], p, value_out)) return Outcome::kCorruptValue;
-        return Outcome::kOk;
-      }
       if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
       if (s.valid >= 0) {
         const SlotRef& at = s.match[s.valid];
@@ -406,6 +408,30 @@ class CpuTable {
         }
       }
     return r;
+  }
+
+  // Search: the valid copy of p, found by reading the candidate buckets in the order of the
+  // valid-copy rank (format/probe.h: highest level first, then lowest bucket, then lowest slot), so
+  // the first match is the copy scan() would call valid and the rest need not be read. A key in
+  // the top level is found after one or two buckets instead of all L*H; a miss still reads all.
+  bool find_valid(const Probe& p, SlotRef& out) const {
+    for (uint32_t level = top_ + 1; level-- > bottom_;) {
+      uint64_t index[H];
+      for (int j = 0; j < H; ++j) index[j] = format::bucket_at(p.hash[j], level);
+      std::sort(index, index + H);  // a repeated bucket (two hashes, one bucket) is read once below
+      for (int j = 0; j < H; ++j) {
+        if (j > 0 && index[j] == index[j - 1]) continue;
+        std::byte* b = bucket(level, index[j]);
+        for (int s = 0; s < S; ++s) {
+          const SlotRef at{b, level, index[j], static_cast<uint32_t>(s)};
+          if (Memory::load(state_word(at)) == p.published && key_matches(at, p)) {
+            out = at;
+            return true;
+          }
+        }
+      }
+    }
+    return false;
   }
 
   // Keeps the preferred copy and empties the others. A duplicate left by an interrupted move
