@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -98,9 +99,22 @@ class CpuTable {
     for (uint32_t level = bottom_; level <= top_; ++level)
       for (int j = 0; j < H; ++j) {
         const std::byte* b = bucket(level, format::bucket_at(p.hash[j], level));
-        __builtin_prefetch(b);
-        if constexpr (Layout::kKeyIsState && Layout::kBytes > 64) __builtin_prefetch(b + 64);
+        prefetch_line(b);
+        if constexpr (Layout::kKeyIsState && Layout::kBytes > 64) prefetch_line(b + 64);
       }
+  }
+
+  // A prefetch the compiler cannot drop. With __builtin_prefetch, GCC 12 at -O3 compiled
+  // prefetch() above to nothing for 8-byte keys (the second line's prefetch, b + 64, made it drop
+  // all of them; objdump of the batch loop showed no prefetch instruction), so the batch driver's
+  // software pipelining did nothing. An asm statement is emitted as written. Measured on the 2-core
+  // VM, 16 M 8-byte keys, one thread: searches about 4.2 -> 17 M/s.
+  static void prefetch_line(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+    __builtin_prefetch(p);
+#endif
   }
 
   // One operation on one key. `count_delta` accumulates the change in the number of items.
@@ -112,13 +126,14 @@ class CpuTable {
       if (cell != kNoCell) cells_.release(tid, cell);
       return o;
     };
+    if (op == Op::kSearch) {
+      SlotRef at;
+      if (!find_valid(p, at)) return Outcome::kNotFound;
+      if (value_out && !read_value(at, p, value_out)) return Outcome::kCorruptValue;
+      return Outcome::kOk;
+    }
     for (;;) {
       Scan s = scan(p, bottom_, top_);
-      if (op == Op::kSearch) {
-        if (s.valid < 0) return Outcome::kNotFound;
-        if (value_out && !read_value(s.match[s.valid], p, value_out)) return Outcome::kCorruptValue;
-        return Outcome::kOk;
-      }
       if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
       if (s.valid >= 0) {
         const SlotRef& at = s.match[s.valid];
@@ -393,6 +408,30 @@ class CpuTable {
         }
       }
     return r;
+  }
+
+  // Search: the valid copy of p, found by reading the candidate buckets in the order of the
+  // valid-copy rank (format/probe.h: highest level first, then lowest bucket, then lowest slot), so
+  // the first match is the copy scan() would call valid and the rest need not be read. A key in
+  // the top level is found after one or two buckets instead of all L*H; a miss still reads all.
+  bool find_valid(const Probe& p, SlotRef& out) const {
+    for (uint32_t level = top_ + 1; level-- > bottom_;) {
+      uint64_t index[H];
+      for (int j = 0; j < H; ++j) index[j] = format::bucket_at(p.hash[j], level);
+      std::sort(index, index + H);  // a repeated bucket (two hashes, one bucket) is read once below
+      for (int j = 0; j < H; ++j) {
+        if (j > 0 && index[j] == index[j - 1]) continue;
+        std::byte* b = bucket(level, index[j]);
+        for (int s = 0; s < S; ++s) {
+          const SlotRef at{b, level, index[j], static_cast<uint32_t>(s)};
+          if (Memory::load(state_word(at)) == p.published && key_matches(at, p)) {
+            out = at;
+            return true;
+          }
+        }
+      }
+    }
+    return false;
   }
 
   // Keeps the preferred copy and empties the others. A duplicate left by an interrupted move
