@@ -93,10 +93,10 @@ struct PoolWrites {
         atomicOr(&dirty_bits[(dirty_page_limit + 31) / 32], 1u);
         return;
       }
-      uint32_t* word = &dirty_bits[page / 32];
-      const uint32_t bit = 1u << (page % 32);
-      // Most stores hit a page already marked: a load, and no atomic.
-      if ((*reinterpret_cast<volatile uint32_t*>(word) & bit) == 0) atomicOr(word, bit);
+      // Fire and forget: an atomic whose result is unused compiles to a reduction (RED), which the
+      // lane does not wait for. Loading the word first to skip pages already marked made the lane
+      // wait for that load after every store, which cost host-mapped inserts about 11%.
+      atomicOr(&dirty_bits[page / 32], 1u << (page % 32));
     }
   }
   __device__ __forceinline__ void store(uint64_t* p, uint64_t v) const {
