@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
     config.engine = o.engine;
     config.index_threads = o.index_threads;
     config.force_flush = o.force_flush;
+    config.snapshots = o.snapshots;
     store = std::make_unique<kv::KvStore>(config);
     uint16_t port = o.port;
     ctx.listen_fd = listen_on(o.listen, port);

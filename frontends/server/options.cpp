@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <stdexcept>
@@ -54,7 +55,7 @@ Options parse_options(int argc, char** argv) {
   app.add_option("-Y,--auth-file", o.auth_file, "memcached ASCII authentication: file of user:password lines")->check(CLI::ExistingFile);
   app.add_flag("--allow-public", o.allow_public, "allow a non-loopback -l without -Y (prints a warning)");
   app.add_option("--mode", mode, "cache (memcached: evicts, volatile) or store (persistent, never evicts)")->check(CLI::IsMember({"cache", "store"}));
-  app.add_option("--pool", o.pool, "store mode: pool NAME (/dev/shm/NAME.index and .items) or a path prefix");
+  app.add_option("--pool", o.pool, "store mode: pool NAME (/dev/shm/NAME.index, items included) or a path prefix");
   app.add_option("--engine", engine, "index engine: cpu (default) or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--index-threads", o.index_threads, "CPU engine threads for index batches (default 1)")->check(CLI::Range(1, 256));
   app.add_option("--batch-size", o.batch_size, "start a round at this many pending commands (default 256)")->check(CLI::Range(1, 1 << 20));
@@ -62,6 +63,14 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
   app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");
+  std::string snapshot_mode = "600";
+  app.add_option("--snapshot", o.snapshots.path,
+                 "store mode: snapshot FILE on a real file system (survives a reboot); a missing pool is restored from it, "
+                 "and a clean stop takes a last snapshot");
+  app.add_option("--snapshot-every-seconds", o.snapshots.every_seconds, "take a snapshot this often (0: off)")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--snapshot-every-batches", o.snapshots.every_batches, "... or after this many writing index batches (0: off)");
+  app.add_option("--snapshot-mode", snapshot_mode, "permissions of a new snapshot file, octal (default 600)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -86,6 +95,13 @@ Options parse_options(int argc, char** argv) {
   if (o.udp_port != 0) usage_error("-U,--udp-port: UDP is not supported (it invites amplification attacks); use -U 0 or leave it out");
   if (o.mode == kv::Mode::kStore && o.pool.empty()) usage_error("--pool: store mode needs a pool name");
   if (o.mode == kv::Mode::kCache && !o.pool.empty()) usage_error("--pool: only store mode keeps a pool (add --mode store)");
+  if (o.mode == kv::Mode::kCache && !o.snapshots.path.empty()) usage_error("--snapshot: only store mode keeps data (add --mode store)");
+  if ((o.snapshots.every_seconds > 0 || o.snapshots.every_batches > 0) && o.snapshots.path.empty())
+    usage_error("--snapshot-every-seconds/--snapshot-every-batches: name the file with --snapshot FILE");
+  char* end = nullptr;
+  const unsigned long file_mode = std::strtoul(snapshot_mode.c_str(), &end, 8);
+  if (snapshot_mode.empty() || *end != '\0' || file_mode > 0777) usage_error("--snapshot-mode: an octal mode such as 600");
+  o.snapshots.file_mode = static_cast<uint32_t>(file_mode);
   if (!is_loopback(o.listen) && o.auth_file.empty()) {
     if (!o.allow_public)
       usage_error("-l,--listen: " + o.listen + " is not a loopback address; anyone who reaches it could read and change every item. "

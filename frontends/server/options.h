@@ -31,6 +31,7 @@ struct Options {
   size_t conn_buffer_limit = 4 << 20;   // --conn-buffer-limit: per connection, queued input and unsent output
   double growth_factor = 1.25;          // -f
   bool force_flush = false;             // --force-flush
+  SnapshotOptions snapshots;            // --snapshot FILE, --snapshot-every-seconds/-batches, --snapshot-mode
 };
 
 // Parses argv. Prints usage or an error naming the option and exits (0 for --help, 2 for a

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "gphash/table.h"
 #include "server.h"
 
 namespace gphash::server {
@@ -95,6 +96,17 @@ void general(std::string& out, const ServerContext& ctx) {
   stat(out, "gphash_recovery_live_items", r.live);
   stat(out, "gphash_recovery_freed_chunks", r.freed);
   stat(out, "gphash_recovery_seconds", fmt::format("{:.6f}", r.seconds));
+  if (!ctx.options.snapshots.path.empty()) {
+    const TableInfo info = ctx.store->table().info();
+    stat(out, "gphash_snapshot_file", info.snapshot_path);
+    stat(out, "gphash_snapshots_taken", info.snapshots_taken);
+    stat(out, "gphash_snapshot_last_unix", info.last_snapshot_unix_ns / 1000000000);
+    stat(out, "gphash_snapshot_writes_since", info.writes_since_snapshot);
+    // A stat value is one word: the error's spaces become underscores.
+    std::string error = info.snapshot_error.empty() ? "none" : info.snapshot_error;
+    std::replace_if(error.begin(), error.end(), [](char c) { return c == ' ' || c == '\r' || c == '\n'; }, '_');
+    stat(out, "gphash_snapshot_error", error);
+  }
 }
 
 void settings(std::string& out, const ServerContext& ctx) {

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <shared_mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -243,6 +245,21 @@ class Table {
   // options.replace.
   static RestoreResult restore(const std::string& snapshot_file, const std::string& pool,
                                const RestoreOptions& options = {});
+
+  // The application region: bytes of the pool that the index never reads or writes, kept,
+  // snapshotted and restored with the table (gphash-server keeps its items there). A pool has at
+  // most one; it is zero-filled when created and never moves. Empty when the pool has none.
+  std::span<std::byte> attachment() const;
+  // Creates it (kInvalidArgument if the pool already has one; kNoSpace if the pool cannot grow).
+  std::span<std::byte> create_attachment(uint64_t bytes);
+  // Makes writes to [p, p + n) of the attachment durable as the pool's own writes are (DESIGN.md
+  // section 3) and marks them for the next snapshot. Writes not persisted this way may be missing
+  // from a snapshot.
+  void persist_attachment(const void* p, size_t n) const;
+  // While the returned lock is held, snapshots wait: hold it across writes to the attachment and
+  // the batches that publish them, so a snapshot never captures half of such a step. Batches may
+  // run while it is held; take it before a batch's call, never inside one.
+  [[nodiscard]] std::shared_lock<SnapshotGate> hold_snapshots() const;
 
  private:
   struct Impl;

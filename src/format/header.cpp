@@ -150,7 +150,7 @@ void validate_header(const PoolHeader& h, uint64_t file_size) {
     corrupt("pool_used", fmt::format("is {}, below the {}-byte prefix", h.pool_used, kReservedPrefixBytes));
 
   Extents extents;
-  const char* extent_fields = "";  // the fields that name the index's extents
+  std::string extent_fields;  // the fields that name the extents
   switch (h.index_kind) {
     case kIndexGphash:
       validate_gphash_section(h, extents);
@@ -162,10 +162,21 @@ void validate_header(const PoolHeader& h, uint64_t file_size) {
       break;
     default: corrupt("index_kind", fmt::format("is {}, not a known index (1 = gphash, 2 = hmeh)", h.index_kind));
   }
+  if (h.attachment_offset != 0 || h.attachment_bytes != 0) {
+    const uint64_t align = uint64_t{1} << h.extent_align_log2;
+    if (h.attachment_offset < kReservedPrefixBytes || h.attachment_offset % align || h.attachment_bytes == 0)
+      corrupt("attachment_offset", fmt::format("[{}, +{}) is not an aligned extent past the header", h.attachment_offset,
+                                               h.attachment_bytes));
+    if (h.attachment_bytes > h.pool_used || h.attachment_offset > h.pool_used - h.attachment_bytes)
+      corrupt("attachment_bytes", fmt::format("extent [{}, +{}) ends beyond pool_used {}", h.attachment_offset,
+                                              h.attachment_bytes, h.pool_used));
+    extents.emplace_back(h.attachment_offset, h.attachment_offset + h.attachment_bytes);
+    extent_fields += "/attachment_offset";
+  }
   std::sort(extents.begin(), extents.end());
   for (size_t i = 1; i < extents.size(); ++i)
     if (extents[i].first < extents[i - 1].second)
-      corrupt(extent_fields, fmt::format("extents overlap at offset {}", extents[i].first));
+      corrupt(extent_fields.c_str(), fmt::format("extents overlap at offset {}", extents[i].first));
 
   if (h.pool_size > file_size)
     throw Error(ErrorCode::kTruncated,
@@ -184,6 +195,7 @@ std::string describe(const PoolHeader& h) {
   line("generation", std::to_string(h.generation));
   line("pool_size", std::to_string(h.pool_size));
   line("pool_used", std::to_string(h.pool_used));
+  if (h.attachment_bytes) line("attachment", fmt::format("{} bytes at {}", h.attachment_bytes, h.attachment_offset));
   if (h.index_kind == kIndexHmeh) return out + describe_hmeh_section(h);
   const GphashMeta& g = h.gphash;
   line("key_width", std::to_string(g.key_width));

@@ -102,7 +102,11 @@ struct PoolHeader {
   uint64_t snapshot_unix_ns;
   uint64_t snapshot_writes;
   unsigned char snapshot_chain_id[16];
-  unsigned char reserved[kIndexSectionOffset - 136];
+  // The application region: one extent the index never reads or writes (gphash-server keeps its
+  // items there), 0 and 0 when the pool has none. Snapshots and restores carry it with the index.
+  uint64_t attachment_offset;
+  uint64_t attachment_bytes;
+  unsigned char reserved[kIndexSectionOffset - 152];
   // The index's own metadata, selected by index_kind.
   union {
     GphashMeta gphash;
@@ -120,6 +124,8 @@ static_assert(offsetof(PoolHeader, pool_used) == 96);
 static_assert(offsetof(PoolHeader, snapshot_unix_ns) == 104);
 static_assert(offsetof(PoolHeader, snapshot_writes) == 112);
 static_assert(offsetof(PoolHeader, snapshot_chain_id) == 120);
+static_assert(offsetof(PoolHeader, attachment_offset) == 136);
+static_assert(offsetof(PoolHeader, attachment_bytes) == 144);
 static_assert(offsetof(PoolHeader, gphash) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, hmeh) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, checksum) == 4088);

@@ -1,11 +1,6 @@
 #include "kv/item_store.h"
 
-#include <emmintrin.h>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -40,79 +35,72 @@ struct ItemStore::Header {
   std::atomic<uint64_t> oldest_live_time;  // flush_all with delay: items stored at or before it
 };
 
-ItemStore::ItemStore(const ItemStoreConfig& config) : config_(config) {
-  // One page holds the largest item; pages are at least 1 MiB, as memcached's.
-  page_size_ = static_cast<uint32_t>(round_up(std::max<uint64_t>(config.item_size_max, 1 << 20), 4096));
-  page_count_ = std::max<uint64_t>(config.memory_bytes / page_size_, 1);
-  item_size_max_ = config.item_size_max;
+namespace {
+struct Geometry {
+  uint32_t page_size;
+  uint64_t page_count;
+  std::vector<uint32_t> chunk_sizes;
+  uint64_t data_offset() const { return kHeaderBytes + round_up(page_count, 4096); }
+  uint64_t total() const { return data_offset() + page_count * page_size; }
+};
 
-  std::vector<uint32_t> sizes;
+Geometry geometry_for(const ItemStoreConfig& config) {
+  Geometry g;
+  // One page holds the largest item; pages are at least 1 MiB, as memcached's.
+  g.page_size = static_cast<uint32_t>(round_up(std::max<uint64_t>(config.item_size_max, 1 << 20), 4096));
+  g.page_count = std::max<uint64_t>(config.memory_bytes / g.page_size, 1);
   double size = config.min_chunk;
-  while (sizes.size() < kMaxClasses - 1 && size <= page_size_ / 2.0) {
+  while (g.chunk_sizes.size() < kMaxClasses - 1 && size <= g.page_size / 2.0) {
     const uint32_t aligned = static_cast<uint32_t>(round_up(static_cast<uint64_t>(size), 8));
-    if (sizes.empty() || aligned > sizes.back()) sizes.push_back(aligned);
+    if (g.chunk_sizes.empty() || aligned > g.chunk_sizes.back()) g.chunk_sizes.push_back(aligned);
     size = std::max(size * config.growth_factor, size + 8);
   }
-  sizes.push_back(page_size_);
-  const uint64_t table_bytes = round_up(page_count_, 4096);
-  const uint64_t data_offset = kHeaderBytes + table_bytes;
-  const uint64_t total = data_offset + page_count_ * page_size_;
+  g.chunk_sizes.push_back(g.page_size);
+  return g;
+}
+}  // namespace
 
-  if (!config.persistent) {
-    void* p = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) throw KvError(KvErrorCode::kIo, "cannot map " + std::to_string(total) + " bytes for items: " + std::strerror(errno));
+uint64_t ItemStore::region_bytes(const ItemStoreConfig& config) { return geometry_for(config).total(); }
+
+ItemStore::ItemStore(const ItemStoreConfig& config) : config_(config) {
+  Geometry g = geometry_for(config);
+  item_size_max_ = config.item_size_max;
+  if (config.region.empty()) {
+    void* p = mmap(nullptr, g.total(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      throw KvError(KvErrorCode::kIo, "cannot map " + std::to_string(g.total()) + " bytes for items: " + std::strerror(errno));
     base_ = static_cast<char*>(p);
-    mapped_bytes_ = total;
+    mapped_bytes_ = g.total();
   } else {
-    fd_ = ::open(config.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd_ >= 0) {
-      // fallocate, not ftruncate: a full /dev/shm fails here, not with SIGBUS on a later store.
-      if (int err = posix_fallocate(fd_, 0, static_cast<off_t>(total)); err != 0) {
-        ::close(fd_);
-        ::unlink(config.path.c_str());
-        throw KvError(KvErrorCode::kNoSpace, "cannot allocate " + std::to_string(total) + " bytes for " + config.path + ": " + std::strerror(err));
-      }
-    } else if (errno == EEXIST) {
-      created_ = false;
-      fd_ = ::open(config.path.c_str(), O_RDWR | O_CLOEXEC);
-      if (fd_ < 0) throw KvError(KvErrorCode::kIo, "cannot open " + config.path + ": " + std::strerror(errno));
+    base_ = reinterpret_cast<char*>(config.region.data());
+    mapped_bytes_ = config.region.size();
+    created_ = mapped_bytes_ < sizeof(Header) || std::memcmp(header()->magic, kMagic, sizeof kMagic) != 0;
+    if (created_) {
+      // A new store, or one whose creation a crash cut short (its magic is written last).
+      if (mapped_bytes_ < g.total())
+        throw KvError(KvErrorCode::kInvalidArgument, "the item region has " + std::to_string(mapped_bytes_) +
+                                                         " bytes, the store needs " + std::to_string(g.total()));
     } else {
-      throw KvError(KvErrorCode::kIo, "cannot create " + config.path + ": " + std::strerror(errno));
-    }
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      ::close(fd_);
-      throw KvError(KvErrorCode::kInUse, config.path + " is in use by another process (stop the other server first)");
-    }
-    struct stat st {};
-    fstat(fd_, &st);
-    const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
-    if (!created_) {
-      // The file's geometry wins over the options: it is what the items were written with.
-      Header h{};
-      if (file_bytes < sizeof(Header) || pread(fd_, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h) ||
-          std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
-        throw KvError(KvErrorCode::kCorrupt, config.path + " is not a gphash item store");
-      if (h.version != kVersion) throw KvError(KvErrorCode::kCorrupt, config.path + ": unsupported item store version " + std::to_string(h.version));
-      if (h.class_count == 0 || h.class_count > kMaxClasses || h.page_size < 4096 ||
-          h.data_offset != kHeaderBytes + round_up(h.page_count, 4096) ||
-          file_bytes < h.data_offset + h.page_count * uint64_t{h.page_size})
-        throw KvError(KvErrorCode::kCorrupt, config.path + ": item store header is inconsistent with the file size");
-      page_size_ = h.page_size;
-      page_count_ = h.page_count;
+      // The region's geometry wins over the options: it is what the items were written with.
+      const Header& h = *header();
+      if (h.version != kVersion) throw KvError(KvErrorCode::kCorrupt, "unsupported item store version " + std::to_string(h.version));
+      g.page_size = h.page_size;
+      g.page_count = h.page_count;
+      if (h.class_count == 0 || h.class_count > kMaxClasses || h.page_size < 4096 || h.data_offset != g.data_offset() ||
+          h.page_count > mapped_bytes_ / h.page_size || mapped_bytes_ < g.total())
+        throw KvError(KvErrorCode::kCorrupt, "item store header is inconsistent with its region's size");
       item_size_max_ = h.item_size_max;
-      sizes.assign(h.chunk_sizes, h.chunk_sizes + h.class_count);
-      for (size_t i = 0; i < sizes.size(); ++i)
-        if (sizes[i] < sizeof(ItemHeader) + 2 || sizes[i] > page_size_ || (i > 0 && sizes[i] <= sizes[i - 1]))
-          throw KvError(KvErrorCode::kCorrupt, config.path + ": item store chunk sizes are corrupt");
+      g.chunk_sizes.assign(h.chunk_sizes, h.chunk_sizes + h.class_count);
+      for (size_t i = 0; i < g.chunk_sizes.size(); ++i)
+        if (g.chunk_sizes[i] < sizeof(ItemHeader) + 2 || g.chunk_sizes[i] > g.page_size ||
+            (i > 0 && g.chunk_sizes[i] <= g.chunk_sizes[i - 1]))
+          throw KvError(KvErrorCode::kCorrupt, "item store chunk sizes are corrupt");
     }
-    const uint64_t map_bytes = created_ ? total : kHeaderBytes + round_up(page_count_, 4096) + page_count_ * page_size_;
-    void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) throw KvError(KvErrorCode::kIo, "cannot map " + config.path + ": " + std::strerror(errno));
-    base_ = static_cast<char*>(p);
-    mapped_bytes_ = map_bytes;
   }
-  chunk_sizes_ = sizes;
-  data_offset_ = kHeaderBytes + round_up(page_count_, 4096);
+  page_size_ = g.page_size;
+  page_count_ = g.page_count;
+  chunk_sizes_ = std::move(g.chunk_sizes);
+  data_offset_ = g.data_offset();
   page_class_ = reinterpret_cast<uint8_t*>(base_ + kHeaderBytes);
   classes_.resize(chunk_sizes_.size());
 
@@ -132,8 +120,7 @@ ItemStore::ItemStore(const ItemStoreConfig& config) : config_(config) {
 }
 
 ItemStore::~ItemStore() {
-  if (base_) munmap(base_, mapped_bytes_);
-  if (fd_ >= 0) ::close(fd_);
+  if (base_ && config_.region.empty()) munmap(base_, mapped_bytes_);
 }
 
 uint8_t ItemStore::class_for(size_t key_len, size_t value_len) const {
@@ -213,16 +200,9 @@ void ItemStore::lru_bump(Location loc) {
 }
 
 void ItemStore::persist(const void* p, size_t n) const {
-  if (config_.force_flush) {
-    const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
-    const auto end = reinterpret_cast<uintptr_t>(p) + n;
-    for (uintptr_t line = first; line < end; line += 64) _mm_clflush(reinterpret_cast<const void*>(line));
-    _mm_sfence();
-  } else {
-    // /dev/shm: a store the CPU has executed survives the death of the process; the fence keeps
-    // the compiler and the CPU from moving the stores that follow (the commit) before these.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-  }
+  // Store mode: the pool's persist (a fence on /dev/shm, cache-line write-back on persistent
+  // memory) and a mark for the next snapshot. Cache mode keeps nothing.
+  if (config_.persist_range) config_.persist_range(p, n);
 }
 
 uint64_t ItemStore::oldest_live_cas() const { return header()->oldest_live_cas.load(std::memory_order_relaxed); }
@@ -267,7 +247,7 @@ void ItemStore::rebuild_free_lists() {
     if (page != pages_assigned_) {
       // Pages are assigned in order, so an assigned page after an unassigned one means the
       // page table is damaged; refuse rather than hand out chunks twice.
-      throw KvError(KvErrorCode::kCorrupt, config_.path + ": item store page table has a gap at page " + std::to_string(pages_assigned_));
+      throw KvError(KvErrorCode::kCorrupt, "item store page table has a gap at page " + std::to_string(pages_assigned_));
     }
     ++pages_assigned_;
     SlabClass& c = classes_[cls - 1];

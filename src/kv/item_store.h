@@ -1,6 +1,7 @@
 // The item store: slab pages of fixed-size chunks, one item per chunk, memcached-style.
 //
-// A region (anonymous memory in cache mode, a /dev/shm file in store mode) holds a header, a
+// A region (anonymous memory in cache mode; in store mode the attachment of the index's pool, so
+// a snapshot of the pool holds the items with the index) holds a header, a
 // page table (the slab class of each page, 0 while unassigned) and equal pages. A page is cut
 // into chunks of its class's size; classes grow by a factor (1.25 by default) from 96 bytes up to
 // half a page, and the last class is a whole page, so the largest item fills one page. An item's
@@ -15,8 +16,11 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,13 +57,16 @@ enum ItemState : uint8_t {
 };
 
 struct ItemStoreConfig {
-  bool persistent = false;           // store mode: a file that survives the process
-  std::string path;                  // store mode: the file (created if absent)
+  // Store mode: the region (Table::attachment) and what makes a range of it durable
+  // (Table::persist_attachment). A region whose header is not a store's (all zero when new) gets
+  // a new store of the geometry below; otherwise the store in it is opened, and its geometry
+  // wins. Empty: cache mode, in anonymous memory.
+  std::span<std::byte> region;
+  std::function<void(const void*, size_t)> persist_range;
   uint64_t memory_bytes = 64 << 20;  // bytes for pages (-m)
   uint32_t item_size_max = 1 << 20;  // largest item, header and key included (-I)
   double growth_factor = 1.25;       // -f
   uint32_t min_chunk = 96;
-  bool force_flush = false;          // persist with cache-line flushes (persistent memory)
 };
 
 struct SlabClassStats {
@@ -76,7 +83,10 @@ class ItemStore {
   ItemStore(const ItemStore&) = delete;
   ItemStore& operator=(const ItemStore&) = delete;
 
-  bool created() const { return created_; }  // store mode: false when an existing file was opened
+  // The region a new store of this geometry needs.
+  static uint64_t region_bytes(const ItemStoreConfig& config);
+
+  bool created() const { return created_; }  // store mode: false when an existing store was opened
 
   ItemHeader* item(Location loc) const { return reinterpret_cast<ItemHeader*>(base_ + loc); }
   std::string_view key(Location loc) const {
@@ -139,9 +149,9 @@ class ItemStore {
 
   ItemStoreConfig config_;
   bool created_ = true;
-  int fd_ = -1;
   char* base_ = nullptr;
-  size_t mapped_bytes_ = 0;
+  size_t mapped_bytes_ = 0;  // cache mode: the anonymous mapping; store mode: the region
+
   uint32_t page_size_ = 0;
   uint64_t page_count_ = 0;
   uint64_t data_offset_ = 0;

@@ -1,8 +1,11 @@
 #include "kv/kv_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -55,6 +58,12 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw KvError(KvErrorCode::kIo, "cannot stat " + path + ": " + std::strerror(errno));
+  return static_cast<uint64_t>(st.st_size);
+}
+
 }  // namespace
 
 // The index: a gphash Table from 16-byte signatures to 8-byte item locations.
@@ -105,55 +114,89 @@ struct KvStore::Round {
   }
 };
 
-KvStore::KvStore(const KvConfig& config)
-    : config_(config),
-      items_([&] {
-        ItemStoreConfig c;
-        c.persistent = config.mode == Mode::kStore;
-        if (c.persistent) {
-          if (config.pool.empty()) throw KvError(KvErrorCode::kInvalidArgument, "store mode needs a pool name (--pool)");
-          c.path = pool_file(config.pool, ".items");
-        }
-        c.memory_bytes = config.memory_bytes;
-        c.item_size_max = config.item_size_max;
-        c.growth_factor = config.growth_factor;
-        c.force_flush = config.force_flush;
-        return c;
-      }()),
-      round_(std::make_unique<Round>()) {
-  round_->victims.resize(items_.class_count() + 1);
+KvStore::KvStore(const KvConfig& config) : config_(config), round_(std::make_unique<Round>()) {
   OpenOptions options;
   options.engine = config.engine;
   options.threads = config.index_threads;
   options.force_flush = config.force_flush;
+  ItemStoreConfig items;
+  items.memory_bytes = config.memory_bytes;
+  items.item_size_max = config.item_size_max;
+  items.growth_factor = config.growth_factor;
   TableConfig table_config;
   table_config.key_width = sizeof(Signature);
   table_config.value_width = sizeof(Location);
   // Room for the items the memory can hold at a typical size before the first resize.
-  table_config.capacity = std::max<uint64_t>(items_.memory_bytes() / 256, 1 << 16);
+  table_config.capacity = std::max<uint64_t>(config.memory_bytes / 256, 1 << 16);
 
   if (config.mode == Mode::kCache) {
+    if (!config.snapshots.path.empty())
+      throw KvError(KvErrorCode::kInvalidArgument, "snapshots need store mode (--mode store): a cache keeps nothing");
     // A cache keeps nothing across restarts: anonymous memory, and on a GPU the faster volatile
     // placement in GPU memory.
     options.placement = Placement::kGpuMemory;
     index_ = std::make_unique<Index>(Index{Table::create("mem:", table_config, options), {}});
+    items_ = std::make_unique<ItemStore>(items);
+    round_->victims.resize(items_->class_count() + 1);
     return;
   }
+  if (config.pool.empty()) throw KvError(KvErrorCode::kInvalidArgument, "store mode needs a pool name (--pool)");
+  // The items live in the index pool's attachment, so one snapshot of the pool holds both.
+  options.snapshots = config.snapshots;
   const std::string index_path = pool_file(config.pool, ".index");
-  const bool index_exists = exists(index_path);
-  if (items_.created()) {
-    if (index_exists) {
-      std::remove(pool_file(config.pool, ".items").c_str());
-      throw KvError(KvErrorCode::kCorrupt, index_path + " exists but its item store did not: remove " + index_path + " to start empty");
-    }
-    index_ = std::make_unique<Index>(Index{Table::create(pool_spec(config.pool, ".index"), table_config, options), {}});
-    return;
-  }
-  if (!index_exists)
-    throw KvError(KvErrorCode::kCorrupt, pool_file(config.pool, ".items") + " exists but its index " + index_path +
+  const std::string legacy_items = pool_file(config.pool, ".items");
+  const bool reopen = exists(index_path) || (!config.snapshots.path.empty() && exists(config.snapshots.path));
+  if (!reopen && exists(legacy_items))
+    throw KvError(KvErrorCode::kCorrupt, legacy_items + " exists but its index " + index_path +
                                              " does not: remove the .items file to start empty");
-  index_ = std::make_unique<Index>(Index{Table::open(pool_spec(config.pool, ".index"), options), {}});
-  recover();
+  index_ = std::make_unique<Index>(Index{reopen ? Table::open(pool_spec(config.pool, ".index"), options)
+                                                : Table::create(pool_spec(config.pool, ".index"), table_config, options),
+                                         {}});
+  Table& table = index_->table;
+  const bool legacy = exists(legacy_items);
+  std::span<std::byte> region = table.attachment();
+  if (region.empty()) {
+    if (!legacy && table.size() != 0)
+      throw KvError(KvErrorCode::kCorrupt, index_path + " holds " + std::to_string(table.size()) +
+                                               " entries but no item store: it is not a gphash-server pool");
+    const uint64_t need = ItemStore::region_bytes(items);
+    region = table.create_attachment(legacy ? std::max(file_size(legacy_items), need) : need);
+  }
+  const auto hold = table.hold_snapshots();  // a snapshot sees the store before or after all of this
+  if (legacy) adopt_legacy_items(table, legacy_items, region);
+  items.region = region;
+  items.persist_range = [&table](const void* p, size_t n) { table.persist_attachment(p, n); };
+  items_ = std::make_unique<ItemStore>(items);
+  round_->victims.resize(items_->class_count() + 1);
+  if (!items_->created()) recover();
+}
+
+// An item store of an earlier version, in its own file beside the index: copied verbatim into the
+// attachment (locations are offsets in the region, so they stay valid), made durable, then the
+// file is removed. While the file exists it is the store, so a crash during the copy repeats it.
+void KvStore::adopt_legacy_items(Table& table, const std::string& path, std::span<std::byte> region) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw KvError(KvErrorCode::kIo, "cannot open " + path + ": " + std::strerror(errno));
+  const uint64_t bytes = file_size(path);
+  if (region.size() < bytes) {
+    ::close(fd);
+    throw KvError(KvErrorCode::kCorrupt, path + " (" + std::to_string(bytes) + " bytes) does not fit the index's item region (" +
+                                             std::to_string(region.size()) + " bytes)");
+  }
+  for (uint64_t done = 0; done < bytes;) {
+    const ssize_t n = ::pread(fd, region.data() + done, bytes - done, static_cast<off_t>(done));
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      throw KvError(KvErrorCode::kIo, "cannot read " + path + ": " + std::strerror(err));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  if (bytes > 0) table.persist_attachment(region.data(), bytes);
+  if (::unlink(path.c_str()) != 0) throw KvError(KvErrorCode::kIo, "cannot remove " + path + ": " + std::strerror(errno));
+  std::fprintf(stderr, "gphash-server: moved the item store %s into %s (%llu bytes)\n", path.c_str(),
+               pool_file(config_.pool, ".index").c_str(), static_cast<unsigned long long>(bytes));
 }
 
 KvStore::~KvStore() {
@@ -164,20 +207,22 @@ KvStore::~KvStore() {
   }
 }
 
+Table& KvStore::table() { return index_->table; }
+
 std::string KvStore::index_engine() const { return index_->table.info().engine; }
 
-std::vector<SlabClassStats> KvStore::slab_stats() const { return items_.class_stats(); }
+std::vector<SlabClassStats> KvStore::slab_stats() const { return items_->class_stats(); }
 
 // Store mode, at open: the live items are the chunks the index reaches; everything else (items
 // torn by a crash, superseded or deleted but not yet reused) is freed.
 void KvStore::recover() {
   const auto start = std::chrono::steady_clock::now();
   recovery_.recovered = true;
-  items_.begin_recovery();
+  items_->begin_recovery();
   std::vector<Signature> sigs;
   std::vector<Location> locs;
-  items_.for_each_candidate([&](Location loc) {
-    sigs.push_back(config_.signature(items_.key(loc)));
+  items_->for_each_candidate([&](Location loc) {
+    sigs.push_back(config_.signature(items_->key(loc)));
     locs.push_back(loc);
   });
   recovery_.scanned = locs.size();
@@ -197,18 +242,18 @@ void KvStore::recover() {
     for (Location loc = heads[i]; loc != 0;) {
       auto it = candidate.find(loc);
       if (it == candidate.end() || it->second) break;  // not an item, or this chain is done
-      if (!(config_.signature(items_.key(loc)) == sigs[i]))
+      if (!(config_.signature(items_->key(loc)) == sigs[i]))
         throw KvError(KvErrorCode::kCorrupt, "item store and index disagree: the chain of a signature reaches an item of another key");
       it->second = true;
-      items_.adopt(loc);
+      items_->adopt(loc);
       ++live;
-      max_cas = std::max(max_cas, items_.item(loc)->cas);
-      counters_.bytes += items_.item(loc)->key_len + items_.item(loc)->value_len;
-      loc = items_.item(loc)->chain_next;
+      max_cas = std::max(max_cas, items_->item(loc)->cas);
+      counters_.bytes += items_->item(loc)->key_len + items_->item(loc)->value_len;
+      loc = items_->item(loc)->chain_next;
     }
   }
-  items_.rebuild_free_lists();
-  next_cas_ = std::max(max_cas, items_.oldest_live_cas()) + 1;
+  items_->rebuild_free_lists();
+  next_cas_ = std::max(max_cas, items_->oldest_live_cas()) + 1;
   counters_.curr_items = live;
   recovery_.live = live;
   recovery_.freed = recovery_.scanned - live;
@@ -230,8 +275,8 @@ int64_t KvStore::ttl_of(const ItemHeader* h) const {
 
 bool KvStore::alive(const ItemHeader* h) const {
   if (h->exptime != 0 && h->exptime <= now_) return false;
-  if (h->cas <= items_.oldest_live_cas()) return false;
-  const uint32_t flush_time = items_.oldest_live_time();
+  if (h->cas <= items_->oldest_live_cas()) return false;
+  const uint32_t flush_time = items_->oldest_live_time();
   if (flush_time != 0 && flush_time <= now_ && h->stored_time <= flush_time) return false;
   return true;
 }
@@ -258,18 +303,18 @@ uint32_t KvStore::slot_now(const Signature& sig) {
 // allocation can unlink items of the same chain, so callers holding a Found re-ask after one.
 Location KvStore::predecessor(uint32_t slot, Location loc) const {
   Location pred = 0;
-  for (Location at = round_->head[slot]; at && at != loc; at = items_.item(at)->chain_next) pred = at;
+  for (Location at = round_->head[slot]; at && at != loc; at = items_->item(at)->chain_next) pred = at;
   return pred;
 }
 
 KvStore::Found KvStore::find(uint32_t slot, std::string_view key) {
   Location pred = 0;
-  for (Location loc = round_->head[slot]; loc != 0; pred = loc, loc = items_.item(loc)->chain_next) {
-    if (items_.key(loc) != key) {
+  for (Location loc = round_->head[slot]; loc != 0; pred = loc, loc = items_->item(loc)->chain_next) {
+    if (items_->key(loc) != key) {
       counters_.signature_collisions++;
       continue;
     }
-    ItemHeader* h = items_.item(loc);
+    ItemHeader* h = items_->item(loc);
     if (alive(h)) return {loc, pred};
     // Expired or flushed: gone for every purpose; reclaim it now, as memcached does on access.
     if (h->exptime != 0 && h->exptime <= now_) {
@@ -283,14 +328,14 @@ KvStore::Found KvStore::find(uint32_t slot, std::string_view key) {
 }
 
 void KvStore::unlink(uint32_t slot, Found f) {
-  ItemHeader* h = items_.item(f.loc);
+  ItemHeader* h = items_->item(f.loc);
   if (f.pred == 0) {
     round_->head[slot] = h->chain_next;
     round_->dirty[slot] = 1;
   } else {
-    ItemHeader* p = items_.item(f.pred);
+    ItemHeader* p = items_->item(f.pred);
     p->chain_next = h->chain_next;
-    items_.persist(&p->chain_next, sizeof p->chain_next);
+    items_->persist(&p->chain_next, sizeof p->chain_next);
   }
   counters_.curr_items--;
   counters_.bytes -= h->key_len + h->value_len;
@@ -299,24 +344,24 @@ void KvStore::unlink(uint32_t slot, Found f) {
 
 // `replaced` is the item the new one takes the place of in its chain (none: a new key).
 void KvStore::link_new(uint32_t slot, Location loc, Found replaced) {
-  ItemHeader* h = items_.item(loc);
-  h->chain_next = replaced.loc ? items_.item(replaced.loc)->chain_next : round_->head[slot];
-  items_.persist(h, sizeof(ItemHeader) + h->key_len + h->value_len);
+  ItemHeader* h = items_->item(loc);
+  h->chain_next = replaced.loc ? items_->item(replaced.loc)->chain_next : round_->head[slot];
+  items_->persist(h, sizeof(ItemHeader) + h->key_len + h->value_len);
   // Only now may anything point at the item (the index batch, or a chain pointer).
   if (replaced.loc && replaced.pred) {
-    ItemHeader* p = items_.item(replaced.pred);
+    ItemHeader* p = items_->item(replaced.pred);
     p->chain_next = loc;
-    items_.persist(&p->chain_next, sizeof p->chain_next);
+    items_->persist(&p->chain_next, sizeof p->chain_next);
   } else {
     round_->head[slot] = loc;
     round_->dirty[slot] = 1;
   }
   h->state = kItemLinked;
-  if (config_.mode == Mode::kCache) items_.lru_link(loc);
+  if (config_.mode == Mode::kCache) items_->lru_link(loc);
   counters_.bytes += h->key_len + h->value_len;
   counters_.total_items++;
   if (replaced.loc) {
-    const ItemHeader* old = items_.item(replaced.loc);
+    const ItemHeader* old = items_->item(replaced.loc);
     counters_.bytes -= old->key_len + old->value_len;
     retire(replaced.loc);
   } else {
@@ -327,13 +372,13 @@ void KvStore::link_new(uint32_t slot, Location loc, Found replaced) {
 // An unlinked item: its chunk is reused once no reply reads it (and, in store mode, once the
 // round's index batch no longer lets a restart reach it).
 void KvStore::retire(Location loc) {
-  ItemHeader* h = items_.item(loc);
-  if (config_.mode == Mode::kCache) items_.lru_unlink(loc);
+  ItemHeader* h = items_->item(loc);
+  if (config_.mode == Mode::kCache) items_->lru_unlink(loc);
   h->state = kItemZombie;
   if (config_.mode == Mode::kStore) {
     deferred_.push_back(loc);
   } else if (h->refs.load(std::memory_order_acquire) == 0) {
-    items_.release_chunk(loc);
+    items_->release_chunk(loc);
   } else {
     zombies_.push_back(loc);
   }
@@ -342,7 +387,7 @@ void KvStore::retire(Location loc) {
 void KvStore::reap_zombies() {
   size_t kept = 0;
   for (Location loc : zombies_) {
-    if (items_.item(loc)->refs.load(std::memory_order_acquire) == 0) items_.release_chunk(loc);
+    if (items_->item(loc)->refs.load(std::memory_order_acquire) == 0) items_->release_chunk(loc);
     else zombies_[kept++] = loc;
   }
   zombies_.resize(kept);
@@ -355,24 +400,24 @@ bool KvStore::evict_one(uint8_t cls) {
   while (!planned.empty() && !victim) {
     const Location loc = planned.back();
     planned.pop_back();
-    const ItemHeader* h = items_.item(loc);
+    const ItemHeader* h = items_->item(loc);
     if (h->state == kItemLinked && h->class_id == cls && h->refs.load(std::memory_order_acquire) == 0) victim = loc;
   }
   // As memcached, look at a bounded number of items from the tail.
   int tries = 50;
-  for (Location loc = items_.lru_tail(cls); !victim && loc && tries-- > 0; loc = items_.item(loc)->lru_prev)
-    if (items_.item(loc)->refs.load(std::memory_order_acquire) == 0) victim = loc;
+  for (Location loc = items_->lru_tail(cls); !victim && loc && tries-- > 0; loc = items_->item(loc)->lru_prev)
+    if (items_->item(loc)->refs.load(std::memory_order_acquire) == 0) victim = loc;
   if (!victim) return false;
-  const std::string_view key = items_.key(victim);
+  const std::string_view key = items_->key(victim);
   const uint32_t slot = slot_now(config_.signature(key));
   Location pred = 0;
   Location loc = round_->head[slot];
   while (loc && loc != victim) {
     pred = loc;
-    loc = items_.item(loc)->chain_next;
+    loc = items_->item(loc)->chain_next;
   }
   if (!loc) return false;  // not reachable: cannot happen while the invariants hold
-  const ItemHeader* h = items_.item(victim);
+  const ItemHeader* h = items_->item(victim);
   if (alive(h)) {
     counters_.evictions++;
     if (!h->fetched) counters_.evicted_unfetched++;
@@ -386,19 +431,19 @@ bool KvStore::evict_one(uint8_t cls) {
 // Cache mode: before the search batch, pick the victims this round's stores will need, so their
 // signatures ride in the same search batch (Mega-KV: evictions go to the GPU batched).
 void KvStore::plan_evictions(std::span<KvCommand* const> round) {
-  if (config_.mode != Mode::kCache || items_.pages_assigned() < items_.page_count()) return;
-  std::vector<uint64_t> need(items_.class_count() + 1, 0);
+  if (config_.mode != Mode::kCache || items_->pages_assigned() < items_->page_count()) return;
+  std::vector<uint64_t> need(items_->class_count() + 1, 0);
   for (const KvCommand* c : round)
     if (c->op == KvOp::kStore && c->mode != StoreMode::kAppend && c->mode != StoreMode::kPrepend)
-      if (uint8_t cls = items_.class_for(c->key.size(), c->value.size())) ++need[cls];
-  const auto stats = items_.class_stats();
+      if (uint8_t cls = items_->class_for(c->key.size(), c->value.size())) ++need[cls];
+  const auto stats = items_->class_stats();
   for (uint8_t cls = 1; cls < need.size(); ++cls) {
     if (need[cls] <= stats[cls - 1].free_chunks) continue;
     uint64_t want = need[cls] - stats[cls - 1].free_chunks;
-    for (Location loc = items_.lru_tail(cls); loc && want > 0; loc = items_.item(loc)->lru_prev) {
-      if (items_.item(loc)->refs.load(std::memory_order_acquire) != 0) continue;
+    for (Location loc = items_->lru_tail(cls); loc && want > 0; loc = items_->item(loc)->lru_prev) {
+      if (items_->item(loc)->refs.load(std::memory_order_acquire) != 0) continue;
       round_->victims[cls].push_back(loc);
-      slot_of(config_.signature(items_.key(loc)));
+      slot_of(config_.signature(items_->key(loc)));
       --want;
     }
     std::reverse(round_->victims[cls].begin(), round_->victims[cls].end());  // oldest last: popped first
@@ -408,20 +453,23 @@ void KvStore::plan_evictions(std::span<KvCommand* const> round) {
 // A free chunk of the class; in cache mode evicting if needed. `pinned` (the item a command is
 // about to replace or extend) is never the victim: its refs are held across the call.
 Location KvStore::allocate(uint8_t cls, Location pinned) {
-  if (Location loc = items_.allocate(cls)) return loc;
+  if (Location loc = items_->allocate(cls)) return loc;
   if (config_.mode != Mode::kCache) return 0;
-  if (pinned) items_.item(pinned)->refs.fetch_add(1, std::memory_order_relaxed);
+  if (pinned) items_->item(pinned)->refs.fetch_add(1, std::memory_order_relaxed);
   Location loc = 0;
   for (int attempt = 0; attempt < 4 && !loc; ++attempt) {
     if (!evict_one(cls)) break;
-    loc = items_.allocate(cls);
+    loc = items_->allocate(cls);
   }
-  if (pinned) items_.item(pinned)->refs.fetch_sub(1, std::memory_order_relaxed);
+  if (pinned) items_->item(pinned)->refs.fetch_sub(1, std::memory_order_relaxed);
   return loc;
 }
 
 void KvStore::execute(std::span<KvCommand* const> round) {
   const auto start = std::chrono::steady_clock::now();
+  // A snapshot (store mode) waits for the round: its item writes and the index batches that
+  // publish them are one step.
+  const auto hold = index_->table.hold_snapshots();
   now_ = static_cast<uint32_t>(std::time(nullptr));
   Round& r = *round_;
   r.clear();
@@ -497,7 +545,7 @@ void KvStore::commit_index(std::span<KvCommand* const> round, const std::vector<
     return;
   }
   for (Location loc : deferred_) {
-    if (items_.item(loc)->refs.load(std::memory_order_acquire) == 0) items_.release_chunk(loc);
+    if (items_->item(loc)->refs.load(std::memory_order_acquire) == 0) items_->release_chunk(loc);
     else zombies_.push_back(loc);
   }
   deferred_.clear();
@@ -509,7 +557,7 @@ namespace gphash::kv {
 
 void KvStore::fill_item(Location loc, std::string_view key, std::string_view a, std::string_view b,
                         uint32_t flags, uint32_t exptime, uint64_t cas) {
-  ItemHeader* h = items_.item(loc);
+  ItemHeader* h = items_->item(loc);
   h->exptime = exptime;
   h->client_flags = flags;
   h->value_len = static_cast<uint32_t>(a.size() + b.size());
@@ -530,7 +578,7 @@ void KvStore::fill_item(Location loc, std::string_view key, std::string_view a, 
 // command that stores. Returns kOk, kTooLarge or kOutOfMemory (nothing changed then).
 KvStatus KvStore::store_item(KvCommand& c, uint32_t slot, Found old, std::string_view a, std::string_view b,
                              uint32_t flags, uint32_t exptime) {
-  const uint8_t cls = items_.class_for(c.key.size(), a.size() + b.size());
+  const uint8_t cls = items_->class_for(c.key.size(), a.size() + b.size());
   if (cls == 0) return KvStatus::kTooLarge;
   const Location loc = allocate(cls, old.loc);
   if (loc == 0) {
@@ -545,7 +593,7 @@ KvStatus KvStore::store_item(KvCommand& c, uint32_t slot, Found old, std::string
   c.cas = cas;
   c.flags = flags;
   c.value_len = static_cast<uint32_t>(a.size() + b.size());
-  c.ttl = ttl_of(items_.item(loc));
+  c.ttl = ttl_of(items_->item(loc));
   return KvStatus::kOk;
 }
 
@@ -573,17 +621,17 @@ void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
       const KvStatus st = store_item(c, slot, {}, {}, {}, 0, absolute_exptime(c.vivify_exptime));
       if (st == KvStatus::kOk) {
         c.vivified = true;
-        items_.item(round_->head[slot])->token_sent = 1;  // a new key is linked at its chain's head
+        items_->item(round_->head[slot])->token_sent = 1;  // a new key is linked at its chain's head
       }
     }
     return;
   }
-  ItemHeader* h = items_.item(f.loc);
+  ItemHeader* h = items_->item(f.loc);
   counters_.get_hits++;
   if (c.set_exptime) {
     counters_.touch_hits++;
     h->exptime = absolute_exptime(c.exptime);
-    items_.persist(&h->exptime, sizeof h->exptime);
+    items_->persist(&h->exptime, sizeof h->exptime);
   }
   c.status = KvStatus::kOk;
   c.cas = h->cas;
@@ -596,7 +644,7 @@ void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
   if (c.bump) {
     h->fetched = 1;
     h->last_access = now_;
-    if (config_.mode == Mode::kCache) items_.lru_bump(f.loc);
+    if (config_.mode == Mode::kCache) items_->lru_bump(f.loc);
   }
   if (c.want_value) {
     h->refs.fetch_add(1, std::memory_order_relaxed);
@@ -607,7 +655,7 @@ void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
 void KvStore::resolve_store(KvCommand& c, uint32_t slot) {
   counters_.cmd_set++;
   const Found f = find(slot, c.key);
-  const ItemHeader* h = f.loc ? items_.item(f.loc) : nullptr;
+  const ItemHeader* h = f.loc ? items_->item(f.loc) : nullptr;
   if (c.has_compare_cas) {
     if (!h) {
       counters_.cas_misses++;
@@ -633,7 +681,7 @@ void KvStore::resolve_store(KvCommand& c, uint32_t slot) {
       break;
     case StoreMode::kAdd:
       if (h) {
-        if (config_.mode == Mode::kCache) items_.lru_bump(f.loc);
+        if (config_.mode == Mode::kCache) items_->lru_bump(f.loc);
         st = KvStatus::kNotStored;
       } else {
         st = store_item(c, slot, f, c.value, {}, c.client_flags, absolute_exptime(c.exptime));
@@ -648,7 +696,7 @@ void KvStore::resolve_store(KvCommand& c, uint32_t slot) {
         st = KvStatus::kNotStored;
         break;
       }
-      const std::string_view old(items_.value(f.loc), h->value_len);
+      const std::string_view old(items_->value(f.loc), h->value_len);
       // The old item keeps its flags and expiry, as in memcached.
       st = c.mode == StoreMode::kAppend ? store_item(c, slot, f, old, c.value, h->client_flags, h->exptime)
                                         : store_item(c, slot, f, c.value, old, h->client_flags, h->exptime);
@@ -665,7 +713,7 @@ void KvStore::resolve_delete(KvCommand& c, uint32_t slot) {
     c.status = KvStatus::kNotFound;
     return;
   }
-  if (c.has_compare_cas && items_.item(f.loc)->cas != c.compare_cas) {
+  if (c.has_compare_cas && items_->item(f.loc)->cas != c.compare_cas) {
     c.status = KvStatus::kExists;
     return;
   }
@@ -692,12 +740,12 @@ void KvStore::resolve_arith(KvCommand& c, uint32_t slot) {
     }
     return;
   }
-  const ItemHeader* h = items_.item(f.loc);
+  const ItemHeader* h = items_->item(f.loc);
   if (c.has_compare_cas && h->cas != c.compare_cas) {
     c.status = KvStatus::kExists;
     return;
   }
-  const std::string_view old(items_.value(f.loc), h->value_len);
+  const std::string_view old(items_->value(f.loc), h->value_len);
   uint64_t value = 0;
   if (!parse_counter(old, value)) {
     c.status = KvStatus::kNonNumeric;
@@ -723,9 +771,9 @@ void KvStore::resolve_touch(KvCommand& c, uint32_t slot) {
     c.status = KvStatus::kNotFound;
     return;
   }
-  ItemHeader* h = items_.item(f.loc);
+  ItemHeader* h = items_->item(f.loc);
   h->exptime = absolute_exptime(c.exptime);
-  items_.persist(&h->exptime, sizeof h->exptime);
+  items_->persist(&h->exptime, sizeof h->exptime);
   counters_.touch_hits++;
   c.status = KvStatus::kOk;
 }
@@ -734,8 +782,8 @@ void KvStore::resolve_touch(KvCommand& c, uint32_t slot) {
 // below the last one issued (no delay), or stored at or before now + delay once that time comes.
 void KvStore::flush_all(KvCommand& c) {
   counters_.cmd_flush++;
-  if (c.flush_delay == 0) items_.set_flush(next_cas_ - 1, items_.oldest_live_time());
-  else items_.set_flush(items_.oldest_live_cas(), now_ + c.flush_delay - 1);
+  if (c.flush_delay == 0) items_->set_flush(next_cas_ - 1, items_->oldest_live_time());
+  else items_->set_flush(items_->oldest_live_cas(), now_ + c.flush_delay - 1);
   c.status = KvStatus::kOk;
 }
 

@@ -21,6 +21,10 @@
 #include "kv/item_store.h"
 #include "kv/signature.h"
 
+namespace gphash {
+class Table;
+}
+
 namespace gphash::kv {
 
 enum class Mode { kCache, kStore };
@@ -36,6 +40,9 @@ struct KvConfig {
   int index_threads = 1;  // CPU engine threads for index batches
   SignatureFn signature = xxh3_signature;
   bool force_flush = false;
+  // Store mode: snapshots of the index pool, items included (gphash/snapshot.h); with a path, a
+  // missing pool is restored from it at start.
+  SnapshotOptions snapshots;
 };
 
 // Counters for `stats`; written by the scheduler thread, read by any.
@@ -72,21 +79,23 @@ class KvStore {
   void execute(std::span<KvCommand* const> round);
 
   // Reading a held item (any thread).
-  std::string_view key(Location loc) const { return items_.key(loc); }
-  std::string_view value(Location loc) const { return {items_.value(loc), items_.item(loc)->value_len}; }
-  void release(Location loc) const { items_.item(loc)->refs.fetch_sub(1, std::memory_order_release); }
+  std::string_view key(Location loc) const { return items_->key(loc); }
+  std::string_view value(Location loc) const { return {items_->value(loc), items_->item(loc)->value_len}; }
+  void release(Location loc) const { items_->item(loc)->refs.fetch_sub(1, std::memory_order_release); }
 
   // Whether a store of this key and value size can never fit (checked before the value is read).
-  bool too_large(size_t key_len, size_t value_len) const { return items_.class_for(key_len, value_len) == 0; }
+  bool too_large(size_t key_len, size_t value_len) const { return items_->class_for(key_len, value_len) == 0; }
 
   const KvCounters& counters() const { return counters_; }
   const RecoveryReport& recovery() const { return recovery_; }
   std::vector<SlabClassStats> slab_stats() const;  // scheduler thread, or while idle
-  uint64_t limit_bytes() const { return items_.memory_bytes(); }
-  uint32_t item_size_max() const { return items_.item_size_max(); }
-  uint32_t page_size() const { return items_.page_size(); }
+  uint64_t limit_bytes() const { return items_->memory_bytes(); }
+  uint32_t item_size_max() const { return items_->item_size_max(); }
+  uint32_t page_size() const { return items_->page_size(); }
   const KvConfig& config() const { return config_; }
   std::string index_engine() const;
+  // Store mode: the index table (snapshots, info); the scheduler thread or while idle.
+  Table& table();
 
   // Test hook: how many items the store holds, by walking nothing (the counter).
   uint64_t items() const { return counters_.curr_items.load(); }
@@ -99,6 +108,7 @@ class KvStore {
   };
 
   void recover();
+  void adopt_legacy_items(Table& table, const std::string& path, std::span<std::byte> region);
   uint32_t slot_of(const Signature& sig);       // the round's slot for a signature (searched)
   uint32_t slot_now(const Signature& sig);      // same, searching at once if it is new
   Found find(uint32_t slot, std::string_view key);
@@ -127,9 +137,9 @@ class KvStore {
   void commit_index(std::span<KvCommand* const> round, const std::vector<uint32_t>& slots);
 
   KvConfig config_;
-  ItemStore items_;
   struct Index;
   std::unique_ptr<Index> index_;
+  std::unique_ptr<ItemStore> items_;  // in store mode, in index_'s pool
   std::unique_ptr<Round> round_;
   std::vector<Location> zombies_;   // unlinked items still read by a reply
   std::vector<Location> deferred_;  // store mode: unlinked this round, freed after the commit

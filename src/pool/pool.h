@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "format/header.h"
@@ -119,6 +120,12 @@ class Pool {
 
   // Pages changed since the last snapshot took them (dirty_pages.h says who marks what).
   DirtyPages& dirty_pages() const { return *dirty_pages_; }
+
+  // The application region (format/header.h attachment_offset); empty when the pool has none.
+  std::span<std::byte> attachment() const {
+    return header_.attachment_bytes ? std::span<std::byte>(base_ + header_.attachment_offset, header_.attachment_bytes)
+                                    : std::span<std::byte>();
+  }
 
   format::MaintenanceRecord* maintenance() const { return at<format::MaintenanceRecord>(format::kMaintenanceOffset); }
 

@@ -40,11 +40,12 @@ format::PoolHeader restored_header(const pool::Pool& pool, uint64_t pool_bytes, 
   return *best;
 }
 
-// The pool's extents as sorted [begin, end) ranges: the prefix, then GPHash's levels and heap
+// The pool's extents as sorted [begin, end) ranges: the prefix, the attachment, then GPHash's levels and heap
 // chunks, or HMEH's segment, radix-node and heap chunks (chunk c of an arena holds first << c
 // units). Anything else is released, so this must name every extent of either index.
 std::vector<std::pair<uint64_t, uint64_t>> live_extents(const format::PoolHeader& h) {
   std::vector<std::pair<uint64_t, uint64_t>> r{{0, format::kReservedPrefixBytes}};
+  if (h.attachment_bytes) r.push_back({h.attachment_offset, h.attachment_offset + h.attachment_bytes});
   if (h.index_kind == format::kIndexHmeh) {
     const format::HmehMeta& m = h.hmeh;
     const auto arena = [&](uint32_t chunks, uint64_t first, const uint64_t* offsets, uint64_t unit_bytes) {

@@ -155,9 +155,44 @@ void count_pool_writes(pool::Pool& pool, uint64_t operations) {
   pool.persist(counter, sizeof *counter);
 }
 
+namespace {
+// Writers held off: the attachment's writers first, then writing batches (searches go on); the
+// same order as a writer's (Table::hold_snapshots, then a batch), so neither waits on the other
+// while holding what the other needs.
+class WritersHeldOff {
+ public:
+  WritersHeldOff(SnapshotGate* attachment_writers, std::shared_mutex& batches)
+      : attachment_writers_(attachment_writers), batches_(batches) {
+    lock();
+  }
+  ~WritersHeldOff() {
+    if (held_) unlock();
+  }
+  void lock() {
+    if (attachment_writers_) attachment_writers_->lock();
+    batches_.lock_shared();
+    held_ = true;
+  }
+  void unlock() {
+    batches_.unlock_shared();
+    if (attachment_writers_) attachment_writers_->unlock();
+    held_ = false;
+  }
+
+ private:
+  SnapshotGate* attachment_writers_;
+  std::shared_mutex& batches_;
+  bool held_ = false;
+};
+}  // namespace
+
 Snapshotter::Snapshotter(pool::Pool& pool, std::shared_mutex& batches, FileSystem& fs,
-                         std::function<void()> settle_writes)
-    : pool_(pool), batches_(batches), fs_(fs), settle_writes_(std::move(settle_writes)) {
+                         std::function<void()> settle_writes, SnapshotGate* attachment_writers)
+    : pool_(pool),
+      batches_(batches),
+      attachment_writers_(attachment_writers),
+      fs_(fs),
+      settle_writes_(std::move(settle_writes)) {
   std::shared_lock hold(batches_);
   const format::PoolHeader& h = pool_.header();
   if (h.snapshot_unix_ns != 0 && h.snapshot_writes == pool_writes(pool_)) {
@@ -262,7 +297,7 @@ SnapshotResult Snapshotter::take(const std::string& path, const TakeOptions& opt
   try {
     SegmentBuilder segment(*out, segment_offset, !append);
     // Step 1.
-    std::shared_lock hold(batches_);
+    WritersHeldOff hold(attachment_writers_, batches_);
     auto held_since = Clock::now();
     if (settle_writes_) settle_writes_();
     const uint64_t first_pages = pool_.file_size() >> kPageShift;

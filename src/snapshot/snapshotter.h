@@ -65,8 +65,11 @@ class Snapshotter {
   // `settle_writes`, if given, runs each time writers are held off, before the marks are taken:
   // the engine finishes the writes it still has in flight and reports the pages it wrote (an
   // engine whose writes the pool does not see itself: Engine::prepare_snapshot). It may throw.
+  // `attachment_writers`, if given, is held exclusively (before `batches`) whenever writers are
+  // held off: writers of the pool's attachment hold it shared across a write and the batches
+  // that publish it (Table::hold_snapshots), so a capture never splits such a step.
   Snapshotter(pool::Pool& pool, std::shared_mutex& batches, FileSystem& fs = posix_file_system(),
-              std::function<void()> settle_writes = {});
+              std::function<void()> settle_writes = {}, SnapshotGate* attachment_writers = nullptr);
 
   // Takes a snapshot into `path` (one at a time; a second caller waits). Throws gphash::Error:
   // kCorruptFile if `path` exists and is not a snapshot file or is damaged, kInvalidArgument if it
@@ -97,6 +100,7 @@ class Snapshotter {
 
   pool::Pool& pool_;
   std::shared_mutex& batches_;
+  SnapshotGate* attachment_writers_;
   FileSystem& fs_;
   std::function<void()> settle_writes_;
   mutable std::mutex taking_;  // one snapshot at a time

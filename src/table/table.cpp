@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -31,6 +32,12 @@ struct Table::Impl {
   OpenOptions options;
   // Writing batches run alone; searching batches may share the table.
   mutable std::shared_mutex batches;
+  // Writers of the attachment hold this shared across a write and the batches that publish it; a
+  // snapshot holds it exclusively (before `batches`) while it takes marks.
+  mutable SnapshotGate attachment_writers;
+  // Set by persist_attachment: writes the pool's write counter does not count (an in-place change
+  // with no batch), which an automatic snapshot must not skip.
+  mutable std::atomic<bool> attachment_written{false};
   // Set when a call failed in a way that may have left the engine half done: the table refuses
   // further work and is not marked clean, so the next open recovers the pool.
   std::string failure;
@@ -644,8 +651,8 @@ void Table::close() {
 void Table::Impl::start_snapshots() {
   // The engine finishes its writes in flight and reports the pages it wrote whenever the snapshot
   // holds writers off (engine.h, Engine::prepare_snapshot).
-  snapshotter = std::make_unique<snapshot::Snapshotter>(*pool, batches, snapshot::posix_file_system(),
-                                                        [this] { engine->prepare_snapshot(); });
+  snapshotter = std::make_unique<snapshot::Snapshotter>(
+      *pool, batches, snapshot::posix_file_system(), [this] { engine->prepare_snapshot(); }, &attachment_writers);
   const SnapshotOptions& s = options.snapshots;
   if (s.every_seconds > 0 || s.every_batches > 0)
     auto_snapshots = std::make_unique<snapshot::AutoSnapshots>(
@@ -653,7 +660,13 @@ void Table::Impl::start_snapshots() {
           try {
             // A device session's kernels may be writing: wait for a later round.
             if (engine->device_session_open()) return;
-            take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/true);
+            const bool attachment_changed = attachment_written.exchange(false);
+            try {
+              take_snapshot(options.snapshots.path, /*skip_if_unchanged=*/!attachment_changed);
+            } catch (...) {
+              if (attachment_changed) attachment_written = true;
+              throw;
+            }
           } catch (const std::exception& e) {
             std::lock_guard status(snapshot_status);
             snapshot_error = e.what();
@@ -726,6 +739,43 @@ SnapshotResult Table::snapshot(const std::string& path) {
   if (file.empty())
     throw Error(ErrorCode::kInvalidArgument, "snapshot: no file given and no OpenOptions::snapshots.path", "path");
   return impl_->take_snapshot(file);
+}
+
+// ---- the attachment ----------------------------------------------------------------------------
+
+std::span<std::byte> Table::attachment() const {
+  impl_->check_usable();
+  return impl_->pool->attachment();
+}
+
+std::span<std::byte> Table::create_attachment(uint64_t bytes) {
+  impl_->check_usable();
+  if (impl_->options.read_only) throw Error(ErrorCode::kReadOnly, "the table is open read-only: no attachment can be made");
+  if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "an attachment needs at least one byte", "bytes");
+  std::unique_lock hold(impl_->attachment_writers);  // before batches, as a snapshot takes them
+  std::unique_lock lock(impl_->batches);
+  format::PoolHeader h = impl_->pool->header();
+  if (h.attachment_bytes != 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("pool {} already has an attachment ({} bytes)", impl_->pool->path(), h.attachment_bytes));
+  h.attachment_offset = impl_->pool->allocate_extent(h, bytes);
+  h.attachment_bytes = bytes;
+  snapshot::count_pool_writes(*impl_->pool, 1);  // the pool changed since its last snapshot
+  impl_->pool->write_header(h);
+  return impl_->pool->attachment();
+}
+
+void Table::persist_attachment(const void* p, size_t n) const {
+  const std::span<std::byte> a = impl_->pool->attachment();
+  const auto* b = static_cast<const std::byte*>(p);
+  if (b < a.data() || n > a.size() || b > a.data() + (a.size() - n))
+    throw Error(ErrorCode::kInvalidArgument, "persist_attachment: the range is not inside the attachment");
+  impl_->pool->persist(p, n);
+  impl_->attachment_written.store(true, std::memory_order_relaxed);
+}
+
+std::shared_lock<SnapshotGate> Table::hold_snapshots() const {
+  return std::shared_lock<SnapshotGate>(impl_->attachment_writers);
 }
 
 RestoreResult Table::restore(const std::string& snapshot_file, const std::string& pool_spec,

@@ -5,12 +5,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "gphash/table.h"
 #include "kv/kv_store.h"
+#include "pool/pool.h"
 
 using namespace gphash::kv;
 
@@ -331,6 +338,145 @@ TEST(KvStore, StoreModeRecoversAfterCrash) {
         store.release(gets[i].item);
       }
     }
+  }
+  remove_pool(pool);
+}
+
+namespace {
+
+// Store mode: round r stores "k<r>" and sets "last" to r, so a consistent image holds exactly
+// k0..k<last>.
+KvConfig store_config(const std::string& pool, SignatureFn sig = xxh3_signature) {
+  KvConfig c = cache_config(sig, 32 << 20);
+  c.mode = Mode::kStore;
+  c.pool = pool;
+  return c;
+}
+
+void run_numbered_round(KvStore& store, uint64_t r) {
+  std::string key = numbered("k", r), value = numbered("v", r), last = std::to_string(r);
+  value.append(r % 300, 'x');
+  KvCommand cmds[2];
+  cmds[0].op = cmds[1].op = KvOp::kStore;
+  cmds[0].key = key;
+  cmds[0].value = value;
+  cmds[1].key = "last";
+  cmds[1].value = last;
+  KvCommand* ptrs[2] = {&cmds[0], &cmds[1]};
+  store.execute(ptrs);
+  ASSERT_EQ(cmds[0].status, KvStatus::kOk);
+  ASSERT_EQ(cmds[1].status, KvStatus::kOk);
+}
+
+// Returns "last" and checks that k0..k<last> hold their values and k<last + 1> is absent.
+uint64_t check_numbered(KvStore& store) {
+  KvCommand last;
+  last.key = "last";
+  KvCommand* p = &last;
+  store.execute({&p, 1});
+  EXPECT_EQ(last.status, KvStatus::kOk);
+  if (last.status != KvStatus::kOk) return 0;
+  const uint64_t n = std::stoull(std::string(store.value(last.item)));
+  store.release(last.item);
+  std::vector<KvCommand> gets(n + 2);
+  std::vector<std::string> keys(n + 2);
+  std::vector<KvCommand*> ptrs;
+  for (uint64_t r = 0; r < n + 2; ++r) {
+    keys[r] = numbered("k", r);
+    gets[r].key = keys[r];
+    ptrs.push_back(&gets[r]);
+  }
+  store.execute(ptrs);
+  for (uint64_t r = 0; r <= n; ++r) {
+    EXPECT_EQ(gets[r].status, KvStatus::kOk) << keys[r];
+    if (gets[r].status != KvStatus::kOk) continue;
+    std::string want = numbered("v", r);
+    want.append(r % 300, 'x');
+    EXPECT_EQ(store.value(gets[r].item), want);
+    store.release(gets[r].item);
+  }
+  EXPECT_EQ(gets[n + 1].status, KvStatus::kNotFound) << "a snapshot holds a round after its last one";
+  return n;
+}
+
+}  // namespace
+
+// Snapshots taken while rounds run hold whole rounds: each restores to k0..k<last> exactly, items
+// and index agreeing (the items live in the index pool's attachment, one image for both).
+TEST(KvStore, SnapshotsWhileRoundsRunRestoreWholeRounds) {
+  const std::string pool = pool_name("snap"), copy = pool_name("snapcopy");
+  const std::string dir = "/tmp/" + pool;
+  remove_pool(pool);
+  ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  std::vector<uint64_t> restored_last;
+  {
+    KvStore store(store_config(pool, weak_signature));  // long chains: rounds change items in place
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> rounds{0};
+    std::thread scheduler([&] {
+      for (uint64_t r = 0; !stop && r < 3000; ++r) {  // chains of 1,500 items: rounds slow down
+        run_numbered_round(store, r);
+        rounds = r + 1;
+      }
+    });
+    for (int i = 0; i < 4; ++i) {
+      while (rounds < 300u * (i + 1)) std::this_thread::yield();  // snapshots while rounds run
+      store.table().snapshot(dir + "/s" + std::to_string(i));
+    }
+    stop = true;
+    scheduler.join();
+  }
+  for (int i = 0; i < 4; ++i) {
+    remove_pool(copy);
+    gphash::Table::restore(dir + "/s" + std::to_string(i), copy + ".index");
+    KvStore restored(store_config(copy, weak_signature));
+    EXPECT_TRUE(restored.recovery().recovered);
+    const uint64_t last = check_numbered(restored);
+    EXPECT_GE(last + 1, 300u * (i + 1)) << "snapshot " << i;
+    EXPECT_EQ(restored.items(), last + 2) << "snapshot " << i;
+    restored_last.push_back(last);
+  }
+  EXPECT_TRUE(std::is_sorted(restored_last.begin(), restored_last.end()));
+  remove_pool(pool);
+  remove_pool(copy);
+  ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
+}
+
+// A store of the earlier layout (items in NAME.items beside the index) is moved into the pool at
+// open, keeping every item; a crash during the move repeats it, because the file stays the store
+// until its copy is durable.
+TEST(KvStore, AdoptsTheItemFileOfTheEarlierLayout) {
+  const std::string pool = pool_name("legacy");
+  const std::string index = "/dev/shm/" + pool + ".index", items = "/dev/shm/" + pool + ".items";
+  remove_pool(pool);
+  {
+    KvStore store(store_config(pool));
+    for (uint64_t r = 0; r < 500; ++r) run_numbered_round(store, r);
+  }
+  {
+    // Make the earlier layout: the region's bytes in NAME.items, no attachment in the header.
+    gphash::Table t = gphash::Table::open(pool + ".index");
+    const std::span<std::byte> a = t.attachment();
+    ASSERT_FALSE(a.empty());
+    FILE* f = std::fopen(items.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(a.data(), 1, a.size(), f), a.size());
+    std::fclose(f);
+    t.close();
+    auto p = gphash::pool::Pool::open(pool + ".index", {});
+    gphash::format::PoolHeader h = p->header();
+    h.attachment_offset = h.attachment_bytes = 0;
+    p->write_header(h);
+  }
+  {
+    KvStore store(store_config(pool));
+    EXPECT_EQ(check_numbered(store), 499u);
+    EXPECT_EQ(store.items(), 501u);
+  }
+  EXPECT_NE(access(items.c_str(), F_OK), 0) << "the item file is removed once adopted";
+  {
+    KvStore store(store_config(pool));  // and it stays adopted
+    EXPECT_EQ(check_numbered(store), 499u);
   }
   remove_pool(pool);
 }
