@@ -51,6 +51,7 @@ const char* code_name(gphash::ErrorCode c) {
     case E::kCuda: return "Cuda";
     case E::kNeedsRecovery: return "NeedsRecovery";
     case E::kTableFailed: return "TableFailed";
+    case E::kShardMismatch: return "ShardMismatch";
   }
   return "Unknown";
 }
