@@ -126,6 +126,7 @@ KvStore::KvStore(const KvConfig& config)
   options.engine = config.engine;
   options.threads = config.index_threads;
   options.force_flush = config.force_flush;
+  options.shards = config.index_shards;
   TableConfig table_config;
   table_config.key_width = sizeof(Signature);
   table_config.value_width = sizeof(Location);
@@ -139,7 +140,8 @@ KvStore::KvStore(const KvConfig& config)
     index_ = std::make_unique<Index>(Index{Table::create("mem:", table_config, options), {}});
     return;
   }
-  const std::string index_path = pool_file(config.pool, ".index");
+  // A sharded index is there when its shard 0 is (a missing later shard is the Table's error).
+  const std::string index_path = pool_file(config.pool, options.shards.empty() ? ".index" : ".index.shard0");
   const bool index_exists = exists(index_path);
   if (items_.created()) {
     if (index_exists) {
