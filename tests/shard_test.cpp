@@ -23,10 +23,12 @@ using testing::TempPool;
 using testing::batches::expect_error;
 
 #ifdef GPHASH_SHARD_TEST_GPU
+#define SHARDED_SUITE GpuSharded  // ctest -R GpuSharded
 constexpr EngineKind kEngine = EngineKind::kGpu;
 #define SKIP_WITHOUT_ENGINE() \
   if (!testing::have_gpu()) GTEST_SKIP() << "no usable GPU"
 #else
+#define SHARDED_SUITE Sharded
 constexpr EngineKind kEngine = EngineKind::kCpu;
 #define SKIP_WITHOUT_ENGINE() (void)0
 #endif
@@ -117,15 +119,21 @@ void expect_items(Table& t, const Model& model) {
   EXPECT_EQ(seen, model.map());
 }
 
-TEST(Sharded, RandomMixedBatchesMeanWhatTheyMeanOnOneTable) {
+TEST(SHARDED_SUITE, RandomMixedBatchesMeanWhatTheyMeanOnOneTable) {
   SKIP_WITHOUT_ENGINE();
   struct Case {
     uint32_t shards, kw, vw;
+    IndexKind index = IndexKind::kGphash;
   };
-  for (const Case c : {Case{2, 8, 8}, Case{3, 16, 24}, Case{4, 8, 100}, Case{1, 32, 8}}) {
-    SCOPED_TRACE(::testing::Message() << c.shards << " shards, key width " << c.kw << ", value width " << c.vw);
+  std::vector<Case> cases = {{2, 8, 8}, {3, 16, 24}, {4, 8, 100}, {1, 32, 8}};
+  if (kEngine == EngineKind::kCpu) cases.push_back({3, 16, 8, IndexKind::kHmeh});  // HMEH: CPU engine only
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.shards << " shards, key width " << c.kw << ", value width " << c.vw
+                                      << (c.index == IndexKind::kHmeh ? ", HMEH" : ""));
     ShardedPool pool;
-    Table t = Table::create(pool.path(), config(c.kw, c.vw), options(c.shards));
+    TableConfig cfg = config(c.kw, c.vw);
+    cfg.index = c.index;
+    Table t = Table::create(pool.path(), cfg, options(c.shards));
     Model model;
     std::mt19937_64 rng(c.shards * 1000 + c.kw + c.vw);
     for (int round = 0; round < 12; ++round) run_random_batch(t, model, rng, c.kw, c.vw, 3000, 2500);
@@ -143,6 +151,10 @@ TEST(Sharded, RandomMixedBatchesMeanWhatTheyMeanOnOneTable) {
       items += info.shards[k].items;
     }
     EXPECT_EQ(items, model.size());
+    if (c.index == IndexKind::kGphash) {
+      for (const TableInfo& s : info.shards) EXPECT_GT(s.resizes, 0u) << s.path << " grew on its own";
+      EXPECT_GE(info.resizes, c.shards);
+    }
     expect_items(t, model);
     EXPECT_TRUE(t.check().ok) << t.check().violation;
     t.close();
@@ -152,7 +164,7 @@ TEST(Sharded, RandomMixedBatchesMeanWhatTheyMeanOnOneTable) {
   }
 }
 
-TEST(Sharded, KeysSpreadEvenlyOverTheShards) {
+TEST(SHARDED_SUITE, KeysSpreadEvenlyOverTheShards) {
   SKIP_WITHOUT_ENGINE();
   ShardedPool pool;
   Table t = Table::create(pool.path(), config(8, 8), options(4));
@@ -165,7 +177,7 @@ TEST(Sharded, KeysSpreadEvenlyOverTheShards) {
 }
 
 // Routing must never change: a pool written by one build is read by the next.
-TEST(Sharded, RoutingIsFixed) {
+TEST(SHARDED_SUITE, RoutingIsFixed) {
   const uint64_t keys[4] = {1, 2, 3, 0xFFFFFFFFFFFFFFFDull};
   uint32_t got[4];
   for (int i = 0; i < 4; ++i) got[i] = shard_of(&keys[i], 8, 4);
@@ -174,7 +186,7 @@ TEST(Sharded, RoutingIsFixed) {
     for (uint64_t k = 0; k < 1000; ++k) EXPECT_LT(shard_of(&k, 8, n), n);
 }
 
-TEST(Sharded, WrongShardCountIsRefused) {
+TEST(SHARDED_SUITE, WrongShardCountIsRefused) {
   SKIP_WITHOUT_ENGINE();
   ShardedPool pool;
   Table::create(pool.path(), config(8, 8), options(3)).close();
@@ -192,7 +204,7 @@ TEST(Sharded, WrongShardCountIsRefused) {
   EXPECT_EQ(again.info().shard_count, 3u);
 }
 
-TEST(Sharded, MissingShardIsRefused) {
+TEST(SHARDED_SUITE, MissingShardIsRefused) {
   SKIP_WITHOUT_ENGINE();
   ShardedPool pool;
   {
@@ -203,7 +215,7 @@ TEST(Sharded, MissingShardIsRefused) {
   expect_error([&] { Table::open(pool.path(), options(3)); }, ErrorCode::kNotFound, "shards", "missing shard");
 }
 
-TEST(Sharded, ShardOfAnotherSetIsRefused) {
+TEST(SHARDED_SUITE, ShardOfAnotherSetIsRefused) {
   SKIP_WITHOUT_ENGINE();
   ShardedPool a, b;
   Table::create(a.path(), config(8, 8), options(2)).close();
@@ -212,7 +224,7 @@ TEST(Sharded, ShardOfAnotherSetIsRefused) {
   expect_error([&] { Table::open(a.path(), options(2)); }, ErrorCode::kShardMismatch, "shards", "foreign shard");
 }
 
-TEST(Sharded, PlainPoolIsNotAShard) {
+TEST(SHARDED_SUITE, PlainPoolIsNotAShard) {
   SKIP_WITHOUT_ENGINE();
   ShardedPool pool;
   Table::create(pool.shard(0), config(8, 8), OpenOptions{}).close();  // a table of its own at a shard's name
@@ -221,7 +233,7 @@ TEST(Sharded, PlainPoolIsNotAShard) {
 }
 
 // A process that dies with the table open leaves every shard dirty; the next open recovers each.
-TEST(Sharded, EachShardRecoversAfterACrash) {
+TEST(SHARDED_SUITE, EachShardRecoversAfterACrash) {
   SKIP_WITHOUT_ENGINE();
   ShardedPool pool;
   Table::create(pool.path(), config(8, 16), options(3)).close();
@@ -244,7 +256,7 @@ TEST(Sharded, EachShardRecoversAfterACrash) {
   testing::batches::expect_present(t, testing::batches::key_range(1, 5000));
 }
 
-TEST(Sharded, SnapshotRestoresEveryShard) {
+TEST(SHARDED_SUITE, SnapshotRestoresEveryShard) {
   SKIP_WITHOUT_ENGINE();
   ShardedPool pool;
   const std::string file = std::filesystem::temp_directory_path() / ("gphash-shard-snap-" + std::to_string(getpid()));
@@ -265,7 +277,7 @@ TEST(Sharded, SnapshotRestoresEveryShard) {
   for (uint32_t k = 0; k < 2; ++k) std::filesystem::remove(shard_pool(file, k));
 }
 
-TEST(Sharded, DeviceBatchesAndSessionsNeedOneTable) {
+TEST(SHARDED_SUITE, DeviceBatchesAndSessionsNeedOneTable) {
   SKIP_WITHOUT_ENGINE();
   Table t = Table::create("mem:", config(8, 8), options(2));
   uint64_t key = 1;
@@ -284,7 +296,7 @@ TEST(Sharded, DeviceBatchesAndSessionsNeedOneTable) {
   EXPECT_EQ(status, OpStatus::kNotFound);
 }
 
-TEST(Sharded, BadShardListsAreRefused) {
+TEST(SHARDED_SUITE, BadShardListsAreRefused) {
   OpenOptions o = options(2);
   o.shards = {0, -1};
   expect_error([&] { Table::create("mem:", config(8, 8), o); }, ErrorCode::kInvalidArgument, "shards", "negative");

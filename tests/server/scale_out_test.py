@@ -10,6 +10,9 @@
     it has ejected the dead server) still finds every key of the survivors where it was: only the
     dead instance's keys move (they are misses, and written again they land on the survivors).
     The same through nutcracker with auto_eject_hosts.
+(d) Store mode with a sharded index (NAME.index.shard0, .shard1) survives SIGKILL: after a restart
+    on the same pool every acknowledged key is there; restarting with another shard count is
+    refused.
 """
 import os
 import subprocess
@@ -161,12 +164,39 @@ def nutcracker_suite(servers, tmp):
         proxy.wait(10)
 
 
+def store_suite():
+    pool = f"gphash-scale-out-{os.getpid()}"
+    files = [f"/dev/shm/{pool}.items"] + [f"/dev/shm/{pool}.index.shard{k}" for k in range(2)]
+    port = h.free_port()
+    try:
+        srv = h.Server([h.GPHASH_SERVER, "-p", str(port), "--mode", "store", "--pool", pool, "--shards", "2", "-t", "1"], port)
+        mc = pylibmc.Client([f"127.0.0.1:{port}"])
+        failed = mc.set_multi({key(i): value(i) for i in range(KEYS)})
+        srv.proc.kill()  # SIGKILL: the index shards stay marked open
+        srv.proc.wait()
+        check(not failed and all(os.path.exists(f) for f in files), "store mode: one items file and two index shards")
+        with h.gphash_server("--mode", "store", "--pool", pool, "--shards", "2", "-t", "1", port=port) as again:
+            mc = pylibmc.Client([f"127.0.0.1:{again.port}"])
+            got = {}
+            for i in range(0, KEYS, 500):
+                got.update(mc.get_multi([key(j) for j in range(i, min(i + 500, KEYS))]))
+            check(got == {key(i): value(i) for i in range(KEYS)}, f"store mode: all {KEYS} keys back after kill -9 and a restart")
+        wrong = subprocess.run([h.GPHASH_SERVER, "-p", str(h.free_port()), "--mode", "store", "--pool", pool, "--shards", "3"],
+                               capture_output=True, text=True, timeout=30)
+        check(wrong.returncode != 0 and "shard" in wrong.stderr, f"store mode: another shard count is refused ({wrong.stderr.strip()})")
+    finally:
+        for f in files:
+            if os.path.exists(f):
+                os.unlink(f)
+
+
 def main():
     with h.gphash_server(*SERVER_ARGS) as a, h.gphash_server(*SERVER_ARGS) as b, h.gphash_server(*SERVER_ARGS) as c:
         client_suite([a, b, c])
     with h.gphash_server(*SERVER_ARGS) as a, h.gphash_server(*SERVER_ARGS) as b, h.gphash_server(*SERVER_ARGS) as c, \
             tempfile.TemporaryDirectory(prefix="gphash-scale-out-") as tmp:
         nutcracker_suite([a, b, c], tmp)
+    store_suite()
     print(f"{checks - len(failures)} passed, {len(failures)} failed")
     return 1 if failures else 0
 
