@@ -17,7 +17,16 @@
 namespace gphash {
 
 uint32_t shard_of(const void* key, uint32_t key_width, uint32_t n) {
-  const uint64_t h = format::xxh64(key, key_width, kShardSeed);
+  // The fixed-width forms equal XXH64 bit for bit (tests/hash_test) and are twice as fast; keys
+  // of a batch are 8-byte aligned (validate_batch).
+  const auto* words = static_cast<const uint64_t*>(key);
+  uint64_t h;
+  switch (key_width) {
+    case 8: h = format::xxh64_words<1>(words, kShardSeed); break;
+    case 16: h = format::xxh64_words<2>(words, kShardSeed); break;
+    case 32: h = format::xxh64_words<4>(words, kShardSeed); break;
+    default: h = format::xxh64(key, key_width, kShardSeed); break;
+  }
   return static_cast<uint32_t>(((h >> 32) * n) >> 32);
 }
 
@@ -240,7 +249,9 @@ void ShardSet::execute(const Batch& b) {
   // each shard (a stable counting sort over the threads' contiguous chunks).
   const size_t size = b.size;
   std::vector<uint32_t> shard(size);
-  const int threads = size >= (size_t{1} << 14) ? std::max(1, omp_get_max_threads()) : 1;
+  // Hashing costs a few ns per key: a thread per 64 Ki keys at most, so small batches (the
+  // server's) stay on the calling thread.
+  const int threads = static_cast<int>(std::clamp<size_t>(size >> 16, 1, std::max(1, omp_get_max_threads())));
   std::vector<size_t> counts(static_cast<size_t>(threads) * n, 0);  // [thread][shard]
   std::vector<size_t> order(size);
   std::vector<size_t> begin(n + 1, 0);  // shard k's entries are order[begin[k] .. begin[k+1])
