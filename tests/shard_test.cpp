@@ -240,7 +240,12 @@ TEST(SHARDED_SUITE, EachShardRecoversAfterACrash) {
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    Table t = Table::open(pool.path(), options(3));
+    // The child writes with the CPU engine: a process forked after its parent used CUDA cannot
+    // use it. The pools are the same for both engines; the parent's open below recovers them
+    // with the engine under test.
+    OpenOptions cpu = options(3);
+    cpu.engine = EngineKind::kCpu;
+    Table t = Table::open(pool.path(), cpu);
     testing::batches::run(t, Op::kInsert, testing::batches::key_range(1, 5000));
     _exit(0);  // no close: the pools stay marked in use
   }
