@@ -95,6 +95,10 @@ TEST(CliOptions, BadValuesAreUsageErrorsNamingTheOption) {
       case OptionSpec::kFlag:
         continue;
     }
+    if (s.name == "--devices") {
+      bad.insert(bad.end(), {"a", "0,", ",0", "0,,1", "-1", "1024", "0;1"});
+      good = {"0", "0,1", "0,0,0,0"};
+    }
     if (s.name == "--workloads") {
       bad.insert(bad.end(), {"a,b", "load,e", "load,,a", "load,a,", "load,zz"});
       good = {"load", "load,a,b,c,d,f"};

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <fstream>
@@ -40,6 +41,7 @@ OpenOptions options_of(const EngineFlags& f) {
   o.max_pool_bytes = f.max_pool_bytes;
   o.pool_file_mode = f.mode;
   o.snapshots = f.snapshots;
+  o.shards = shard_list(f.shards, f.devices);
   return o;
 }
 
@@ -94,6 +96,10 @@ nlohmann::json to_json(const TableInfo& i) {
           {"last_snapshot_unix_ns", i.last_snapshot_unix_ns},
           {"writes", i.writes},
           {"writes_since_snapshot", i.writes_since_snapshot}};
+  if (i.shard_count) {  // a shard of a sharded table
+    j["shard_index"] = i.shard_index;
+    j["shard_count"] = i.shard_count;
+  }
   if (i.index == "hmeh") {  // no shape and no levels
     j["shape"] = nullptr;
     j["levels"] = nullptr;
@@ -124,6 +130,9 @@ void print_info(const TableInfo& i) {
   fmt::print("pool           {} ({}, {}){}\n", i.path, i.pool_kind, bytes(i.pool_bytes),
              i.in_use ? ", open for writing by another process" : "");
   fmt::print("format         {} (generation {}, uuid {})\n", i.format_version, i.generation, i.uuid);
+  if (i.shard_count)
+    fmt::print("shard          {} of {} of a sharded table (open it with --shards {})\n", i.shard_index, i.shard_count,
+               i.shard_count);
   if (i.index == "hmeh") {  // no shape and no levels: segments in an arena
     fmt::print("table          hmeh, {}-byte keys, {}-byte values, hash seed {:#x}\n", i.key_width, i.value_width,
                i.hash_seed);
@@ -308,6 +317,9 @@ int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& e
   const unsigned hw = std::thread::hardware_concurrency();
   fmt::print("gphash bench: {} engine, {} threads, {} ({} hardware threads)\n", table.info().engine,
              eng.threads ? eng.threads : static_cast<int>(hw), cpu_model(), hw);
+  if (!o.shards.empty())
+    fmt::print("sharded: {} shards, {}\n", o.shards.size(),
+               o.engine == EngineKind::kGpu ? fmt::format("on GPUs {}", fmt::join(o.shards, ",")) : "CPU engine");
   fmt::print("table {}, {}-byte keys, {}-byte values; {} records, {} operations per workload, batches of {}\n",
              cfg.index == "hmeh" ? std::string("hmeh") : cfg.shape, cfg.key_width, cfg.value_width, wl.records, wl.operations ? wl.operations : wl.records, wl.batch);
   fmt::print("throughput = operations / time inside Table::execute (generating keys and values excluded)\n");
@@ -331,8 +343,13 @@ int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& e
   for (const RunResult& r : results) lost |= r.not_found || r.bad_values || r.failed_writes;
   fmt::print("\npool: {} ({}, {} items, load factor {:.3f}, {} resizes, {} displacements)\n", info.path,
              bytes(info.pool_bytes), info.items, info.load_factor, info.resizes, info.displacements);
-  fmt::print("inspect it with `gphash info {0}`, verify it with `gphash check {0}`, remove it with `rm {1}`\n", pool,
-             info.path);
+  if (info.shard_count)
+    fmt::print("{} shards: inspect one with `gphash info {}.shard0`, verify it with `gphash check`, remove them with "
+               "`rm {}.shard*`\n",
+               info.shard_count, pool, info.shards.empty() ? info.path : info.shards[0].path.substr(0, info.shards[0].path.rfind('.')));
+  else
+    fmt::print("inspect it with `gphash info {0}`, verify it with `gphash check {0}`, remove it with `rm {1}`\n", pool,
+               info.path);
   if (!json_path.empty()) {
     nlohmann::json j = {{"cpu", cpu_model()}, {"hardware_threads", hw}, {"table", to_json(info)}, {"results", {}}};
     for (const RunResult& r : results) j["results"].push_back(to_json(r));
@@ -360,6 +377,25 @@ void Cli::add_pool_config(CLI::App* app) {
   options_.number(app, "--stash-buckets", cfg_.stash_buckets, 0, 16, "HMEH: stash buckets per segment");
 }
 
+std::vector<int> shard_list(uint32_t shards, const std::string& devices) {
+  std::vector<int> list;
+  if (!devices.empty()) {
+    for (size_t pos = 0; pos <= devices.size();) {
+      size_t comma = devices.find(',', pos);
+      if (comma == std::string::npos) comma = devices.size();
+      list.push_back(static_cast<int>(parse_unsigned("--devices", devices.substr(pos, comma - pos), 0, 1023)));
+      pos = comma + 1;
+    }
+    if (list.size() > 1024) throw CLI::ValidationError("--devices", "at most 1024 shards");
+    if (shards && shards != list.size())
+      throw CLI::ValidationError("--shards", fmt::format("--shards {} but --devices lists {} GPUs: give one of them",
+                                                          shards, list.size()));
+    return list;
+  }
+  list.assign(shards, 0);
+  return list;
+}
+
 void Cli::add_engine(CLI::App* app) {
   options_.choice(app, "--engine", eng_.engine, {"cpu", "gpu"}, "Engine");
   options_.choice(app, "--placement", eng_.placement, {"mapped", "gpu-memory"},
@@ -368,6 +404,20 @@ void Cli::add_engine(CLI::App* app) {
   options_.number(app, "--max-pool-bytes", eng_.max_pool_bytes, 0, kMaxPoolBytes, "Limit the pool's size (0 = no limit)");
   options_.file_mode(app, "--mode", eng_.mode, "Permissions of a pool file this command creates (default 0600)");
   add_snapshot_options(app, options_, eng_.snapshots);
+  options_.number(app, "--shards", eng_.shards, 1, 1024,
+                  "Shard the table over N pools (NAME.shard0 ..), each run by its own thread; GPU engine: all on GPU 0");
+  options_.text(app, "--devices", eng_.devices,
+                "Shard the table over these GPUs, one shard per entry (0,1 = two GPUs; 0,0 = two shards on GPU 0)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              shard_list(0, v);
+              return std::string();
+            } catch (const CLI::ValidationError& e) {
+              return std::string(e.what());
+            }
+          },
+          "LIST"));
 }
 
 void Cli::add_workload(CLI::App* app, bool with_distribution) {

@@ -47,7 +47,12 @@ struct EngineFlags {
   uint64_t max_pool_bytes = 0;
   uint32_t mode = 0600;
   SnapshotOptions snapshots;
+  uint32_t shards = 0;  // --shards N: N shards, every one on GPU 0 (GPU engine)
+  std::string devices;  // --devices 0,1: one shard per entry, on that GPU
 };
+
+// The shard list of --shards / --devices (OpenOptions::shards); throws CLI::ValidationError.
+std::vector<int> shard_list(uint32_t shards, const std::string& devices);
 
 struct WorkloadFlags {
   uint64_t records = 0;

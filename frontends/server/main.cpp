@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
     config.growth_factor = o.growth_factor;
     config.engine = o.engine;
     config.index_threads = o.index_threads;
+    config.index_shards = o.index_shards;
     config.force_flush = o.force_flush;
     config.snapshots = o.snapshots;
     store = std::make_unique<kv::KvStore>(config);

@@ -58,6 +58,10 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--pool", o.pool, "store mode: pool NAME (/dev/shm/NAME.index, items included) or a path prefix");
   app.add_option("--engine", engine, "index engine: cpu (default) or gpu")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--index-threads", o.index_threads, "CPU engine threads for index batches (default 1)")->check(CLI::Range(1, 256));
+  uint32_t shards = 0;
+  std::string devices;
+  app.add_option("--shards", shards, "shard the index over N pools, each run by its own thread (GPU engine: all on GPU 0)")->check(CLI::Range(1, 1024));
+  app.add_option("--devices", devices, "shard the index over these GPUs, one shard per entry: 0,1 (every GPU given); 0,0 = two shards on GPU 0");
   app.add_option("--batch-size", o.batch_size, "start a round at this many pending commands (default 256)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--batch-period-us", period_us, "... or when the oldest has waited this long (default 0: at once, batching what arrives during a round)")->check(CLI::Range(0, 1000000));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
@@ -83,6 +87,21 @@ Options parse_options(int argc, char** argv) {
   o.batch_period = std::chrono::microseconds(period_us);
   o.mode = mode == "store" ? kv::Mode::kStore : kv::Mode::kCache;
   o.engine = engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
+  if (!devices.empty()) {
+    for (size_t pos = 0; pos <= devices.size();) {
+      size_t comma = devices.find(',', pos);
+      if (comma == std::string::npos) comma = devices.size();
+      const std::string gpu = devices.substr(pos, comma - pos);
+      if (gpu.empty() || gpu.size() > 4 || gpu.find_first_not_of("0123456789") != std::string::npos)
+        usage_error("--devices: '" + devices + "' is not a list of GPU numbers such as 0,1");
+      o.index_shards.push_back(std::stoi(gpu));
+      pos = comma + 1;
+    }
+    if (o.index_shards.size() > 1024) usage_error("--devices: at most 1024 shards");
+    if (shards && shards != o.index_shards.size()) usage_error("--shards: differs from the number of GPUs --devices lists; give one of them");
+  } else {
+    o.index_shards.assign(shards, 0);
+  }
   uint64_t item = 0;
   try {
     item = parse_size(item_size);

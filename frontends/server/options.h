@@ -26,6 +26,7 @@ struct Options {
   std::string pool;                     // --pool (store mode)
   EngineKind engine = EngineKind::kCpu; // --engine
   int index_threads = 1;                // --index-threads
+  std::vector<int> index_shards;        // --shards N / --devices 0,1: a sharded index, one shard per GPU
   size_t batch_size = 256;              // --batch-size: a round starts at this many commands...
   std::chrono::microseconds batch_period{0};   // --batch-period-us: ...or when the oldest waited this long
   size_t conn_buffer_limit = 4 << 20;   // --conn-buffer-limit: per connection, queued input and unsent output

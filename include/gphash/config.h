@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "gphash/snapshot.h"
 
@@ -93,6 +94,13 @@ struct OpenOptions {
   // Snapshots to a file, for power-loss durability (gphash/snapshot.h): automatic ones, and the
   // file an open restores a missing pool from.
   SnapshotOptions snapshots;
+  // A sharded table (src/table/shard_set.h): one pool per entry, NAME.shard0 .. NAME.shard<n-1>
+  // ("mem:": anonymous memory each), keys routed to shards by a hash of their own. Entry k is the
+  // GPU (CUDA ordinal) that runs shard k with the GPU engine; a GPU may appear several times
+  // (several shards on one GPU, as the tests do); the CPU engine uses only the count and divides
+  // `threads` among the shards. Empty: one pool. The count is fixed at create: open with as many
+  // entries (the GPUs may differ). Batches must be in host memory; device sessions need one table.
+  std::vector<int> shards;
 };
 
 }  // namespace gphash

@@ -31,6 +31,7 @@ enum class ErrorCode {
   kCuda,                // a CUDA call failed (the message has CUDA's)
   kNeedsRecovery,       // the pool was not shut down cleanly: open it writable once so recovery runs
   kTableFailed,         // an earlier failure left this Table unusable: reopen the pool
+  kShardMismatch,       // a sharded table's pools do not form its set (wrong count, foreign or plain pool)
 };
 
 const char* to_string(ErrorCode code) noexcept;

@@ -73,6 +73,13 @@ struct TableInfo {
   uint64_t snapshots_taken = 0;
   SnapshotResult last_snapshot;  // the last one this Table took (automatic or not)
   std::string snapshot_error;   // the last automatic snapshot's failure, empty once one succeeds
+  // Sharded tables (OpenOptions::shards). A shard's pool (inspect): which shard of how many
+  // (shard_count 0: a table of its own). A sharded table (info): shard_count, and each shard's
+  // own info in `shards`; the fields above are then the set's: items, slots, bytes and counters
+  // summed, times the slowest shard's, hash_seed 0 (each shard has its own).
+  uint32_t shard_index = 0;
+  uint32_t shard_count = 0;
+  std::vector<TableInfo> shards;
 };
 
 struct CheckResult {
@@ -113,6 +120,9 @@ struct ExportCursor {
   // Internal: the next slot, and the table's layout when the export began.
   uint64_t position = 0;
   uint64_t resizes = 0, displacements = 0;
+  // A sharded table: the shard being exported, and the items of it returned so far.
+  uint32_t shard = 0;
+  uint64_t shard_exported = 0;
 };
 
 namespace engine {
@@ -156,11 +166,17 @@ class DeviceSession {
   std::vector<std::byte> bytes;  // the view, as the engine built it
 };
 
+class ShardSet;  // src/table/shard_set.h
+
 class Table {
  public:
-  // Creates a pool at `pool` ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path).
+  // Creates a pool at `pool` ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path); with
+  // OpenOptions::shards, one pool per shard, NAME.shard0 .. NAME.shard<n-1>.
   static Table create(const std::string& pool, const TableConfig& config, const OpenOptions& options = {});
-  // Opens an existing pool; runs recovery first if it was not shut down cleanly.
+  // Opens an existing pool; runs recovery first if it was not shut down cleanly. A sharded table
+  // opens every shard's pool (OpenOptions::shards with as many entries as it was created with):
+  // a missing shard throws kNotFound, a wrong count or a pool of another set kShardMismatch; each
+  // shard recovers on its own. A shard's pool opened alone throws kShardMismatch.
   static Table open(const std::string& pool, const OpenOptions& options = {});
 
   Table(Table&&) noexcept;
@@ -261,8 +277,11 @@ class Table {
   // run while it is held; take it before a batch's call, never inside one.
   [[nodiscard]] std::shared_lock<SnapshotGate> hold_snapshots() const;
 
- private:
+ // Internal (table_impl.h).
   struct Impl;
+
+ private:
+  friend class ShardSet;
   explicit Table(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -83,15 +83,21 @@ class Table:
 
     @classmethod
     def create(cls, pool, *, key_width=8, value_width=8, capacity=1 << 20, shape="2L-2H-8S",
-               hash_seed=None, engine="cpu", placement="host", replace=False, threads=0):
-        """Creates a pool ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path)."""
+               hash_seed=None, engine="cpu", placement="host", replace=False, threads=0, shards=None):
+        """Creates a pool ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path).
+
+        ``shards=[0, 1]`` shards the table over GPUs 0 and 1 (one pool per entry, NAME.shard<k>;
+        ``[0, 0]``: two shards on GPU 0; the CPU engine uses only the count). A sharded table
+        takes host arrays only (NumPy, CPU tensors)."""
         return cls(_gphash.Table.create(pool, key_width, value_width, capacity, shape, hash_seed,
-                                        engine, placement, replace, threads))
+                                        engine, placement, replace, threads, list(shards or [])))
 
     @classmethod
-    def open(cls, pool, *, engine="cpu", placement="host", read_only=False, threads=0):
-        """Opens a pool; runs crash recovery first if it was not shut down cleanly."""
-        return cls(_gphash.Table.open(pool, engine, placement, read_only, threads))
+    def open(cls, pool, *, engine="cpu", placement="host", read_only=False, threads=0, shards=None):
+        """Opens a pool; runs crash recovery first if it was not shut down cleanly. A sharded
+        table needs ``shards`` with as many entries as it was created with (else
+        gphash.Error ShardMismatch)."""
+        return cls(_gphash.Table.open(pool, engine, placement, read_only, threads, list(shards or [])))
 
     def __enter__(self):
         return self

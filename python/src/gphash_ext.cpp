@@ -8,6 +8,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstring>
 #include <optional>
@@ -51,6 +52,7 @@ const char* code_name(gphash::ErrorCode c) {
     case E::kCuda: return "Cuda";
     case E::kNeedsRecovery: return "NeedsRecovery";
     case E::kTableFailed: return "TableFailed";
+    case E::kShardMismatch: return "ShardMismatch";
   }
   return "Unknown";
 }
@@ -78,7 +80,7 @@ void require_int64(const Array& a, const char* field) {
 }
 
 gphash::OpenOptions open_options(const std::string& engine, const std::string& placement, bool read_only, bool replace,
-                                 int threads) {
+                                 int threads, const std::vector<int>& shards = {}) {
   gphash::OpenOptions o;
   if (engine == "cpu") o.engine = gphash::EngineKind::kCpu;
   else if (engine == "gpu") o.engine = gphash::EngineKind::kGpu;
@@ -89,6 +91,7 @@ gphash::OpenOptions open_options(const std::string& engine, const std::string& p
   o.read_only = read_only;
   o.replace = replace;
   o.threads = threads;
+  o.shards = shards;
   return o;
 }
 
@@ -166,6 +169,7 @@ struct PyTable {
     d["resizes"] = i.resizes;
     d["format_version"] = i.format_version;
     d["uuid"] = i.uuid;
+    d["shard_count"] = i.shard_count;  // 0: one pool; else the shards', summed above
     return d;
   }
 
@@ -380,23 +384,26 @@ NB_MODULE(_gphash, m) {
       .def_static("create",
                   [](const std::string& pool, uint32_t kw, uint32_t vw, uint64_t capacity, const std::string& shape,
                      std::optional<uint64_t> seed, const std::string& engine, const std::string& placement,
-                     bool replace, int threads) {
+                     bool replace, int threads, const std::vector<int>& shards) {
                     gphash::TableConfig c{.key_width = kw, .value_width = vw, .shape = gphash::parse_shape(shape),
                                           .capacity = capacity, .hash_seed = seed};
                     auto t = std::make_unique<PyTable>();
-                    t->table.emplace(gphash::Table::create(pool, c, open_options(engine, placement, false, replace, threads)));
+                    t->table.emplace(
+                        gphash::Table::create(pool, c, open_options(engine, placement, false, replace, threads, shards)));
                     return t.release();
                   },
                   "pool"_a, "key_width"_a, "value_width"_a, "capacity"_a, "shape"_a, "hash_seed"_a.none(), "engine"_a,
-                  "placement"_a, "replace"_a, "threads"_a, nb::rv_policy::take_ownership)
+                  "placement"_a, "replace"_a, "threads"_a, "shards"_a, nb::rv_policy::take_ownership)
       .def_static("open",
                   [](const std::string& pool, const std::string& engine, const std::string& placement, bool read_only,
-                     int threads) {
+                     int threads, const std::vector<int>& shards) {
                     auto t = std::make_unique<PyTable>();
-                    t->table.emplace(gphash::Table::open(pool, open_options(engine, placement, read_only, false, threads)));
+                    t->table.emplace(
+                        gphash::Table::open(pool, open_options(engine, placement, read_only, false, threads, shards)));
                     return t.release();
                   },
-                  "pool"_a, "engine"_a, "placement"_a, "read_only"_a, "threads"_a, nb::rv_policy::take_ownership)
+                  "pool"_a, "engine"_a, "placement"_a, "read_only"_a, "threads"_a, "shards"_a,
+                  nb::rv_policy::take_ownership)
       .def("execute", &PyTable::execute, "op"_a, "keys"_a, "values"_a.none(), "values_out"_a.none(), "status"_a,
            "stream"_a)
       .def("info", &PyTable::info)
@@ -420,6 +427,8 @@ NB_MODULE(_gphash, m) {
     d["value_width"] = i.value_width;
     d["clean_shutdown"] = i.clean_shutdown;
     d["format_version"] = i.format_version;
+    d["shard_index"] = i.shard_index;
+    d["shard_count"] = i.shard_count;
     return d;
   });
 

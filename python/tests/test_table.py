@@ -76,6 +76,31 @@ def test_errors_carry_codes(pool_name):
     assert issubclass(gphash.Error, RuntimeError)
 
 
+def test_sharded_table_matches_one_table(tmp_path):
+    pool = str(tmp_path / "sharded")  # NAME.shard0 .. NAME.shard2 in tmp_path (CPU engine)
+    rng = np.random.default_rng(7)
+    keys = rng.integers(1, 5000, size=20000, dtype=np.uint64)  # many duplicates
+    with gphash.Table.create(pool, capacity=1024, shards=[0, 0, 0]) as t, \
+            gphash.Table.create("mem:", capacity=1024) as one:
+        assert (t.upsert(keys, keys * 2) == one.upsert(keys, keys * 2)).all()
+        assert (t.erase(keys[:3000]) == one.erase(keys[:3000])).all()
+        probe = rng.integers(1, 6000, size=5000, dtype=np.uint64)
+        (v1, s1), (v2, s2) = t.search(probe), one.search(probe)
+        assert (s1 == s2).all() and (v1[s1 == gphash.OK] == v2[s2 == gphash.OK]).all()
+        assert len(t) == len(one) and t.info()["items"] == len(one) and t.info()["shard_count"] == 3
+        assert t.check()["ok"]
+    shard = gphash.inspect(pool + ".shard1")
+    assert shard["items"] > 0 and shard["shard_index"] == 1 and shard["shard_count"] == 3
+    with pytest.raises(gphash.Error) as e:
+        gphash.Table.open(pool, shards=[0, 0])
+    assert e.value.code == "ShardMismatch" and e.value.field == "shards"
+    with pytest.raises(gphash.Error) as e:
+        gphash.Table.open(pool + ".shard0")
+    assert e.value.code == "ShardMismatch"
+    with gphash.Table.open(pool, shards=[0, 0, 0]) as t:
+        assert len(t) == len(np.setdiff1d(np.unique(keys), keys[:3000]))
+
+
 def test_reserved_key_is_reported_per_operation(pool_name):
     with gphash.Table.create(pool_name) as t:
         s = t.upsert(np.array([2**64 - 1, 3], dtype=np.uint64), np.array([1, 1], dtype=np.uint64))

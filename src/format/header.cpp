@@ -266,6 +266,7 @@ const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::kCuda: return "cuda error";
     case ErrorCode::kNeedsRecovery: return "needs recovery";
     case ErrorCode::kTableFailed: return "table failed";
+    case ErrorCode::kShardMismatch: return "shard mismatch";
   }
   return "unknown";
 }

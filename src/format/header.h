@@ -102,11 +102,18 @@ struct PoolHeader {
   uint64_t snapshot_unix_ns;
   uint64_t snapshot_writes;
   unsigned char snapshot_chain_id[16];
+  // Membership of a sharded table (OpenOptions::shards, src/table/shards.h): shard_count 0 = a
+  // table of its own; otherwise this pool is shard `shard_index` of `shard_count`, and every shard
+  // of the set carries the same shard_set_id (the uuid of shard 0), so a pool of another set or
+  // a wrong count is refused at open.
+  unsigned char shard_set_id[16];
+  uint32_t shard_count;
+  uint32_t shard_index;
   // The application region: one extent the index never reads or writes (gphash-server keeps its
   // items there), 0 and 0 when the pool has none. Snapshots and restores carry it with the index.
   uint64_t attachment_offset;
   uint64_t attachment_bytes;
-  unsigned char reserved[kIndexSectionOffset - 152];
+  unsigned char reserved[kIndexSectionOffset - 176];
   // The index's own metadata, selected by index_kind.
   union {
     GphashMeta gphash;
@@ -124,8 +131,11 @@ static_assert(offsetof(PoolHeader, pool_used) == 96);
 static_assert(offsetof(PoolHeader, snapshot_unix_ns) == 104);
 static_assert(offsetof(PoolHeader, snapshot_writes) == 112);
 static_assert(offsetof(PoolHeader, snapshot_chain_id) == 120);
-static_assert(offsetof(PoolHeader, attachment_offset) == 136);
-static_assert(offsetof(PoolHeader, attachment_bytes) == 144);
+static_assert(offsetof(PoolHeader, shard_set_id) == 136);
+static_assert(offsetof(PoolHeader, shard_count) == 152);
+static_assert(offsetof(PoolHeader, shard_index) == 156);
+static_assert(offsetof(PoolHeader, attachment_offset) == 160);
+static_assert(offsetof(PoolHeader, attachment_bytes) == 168);
 static_assert(offsetof(PoolHeader, gphash) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, hmeh) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, checksum) == 4088);

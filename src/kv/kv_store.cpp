@@ -123,6 +123,7 @@ KvStore::KvStore(const KvConfig& config) : config_(config), round_(std::make_uni
   items.memory_bytes = config.memory_bytes;
   items.item_size_max = config.item_size_max;
   items.growth_factor = config.growth_factor;
+  options.shards = config.index_shards;
   TableConfig table_config;
   table_config.key_width = sizeof(Signature);
   table_config.value_width = sizeof(Location);
@@ -141,9 +142,16 @@ KvStore::KvStore(const KvConfig& config) : config_(config), round_(std::make_uni
     return;
   }
   if (config.pool.empty()) throw KvError(KvErrorCode::kInvalidArgument, "store mode needs a pool name (--pool)");
-  // The items live in the index pool's attachment, so one snapshot of the pool holds both.
+  // The items live in the index pool's attachment (shard 0's, for a sharded index), so one
+  // snapshot of the pool holds both. The shards of a sharded index snapshot one by one, which is
+  // no single cut across the attachment and the other shards' entries: refused.
+  if (!config.snapshots.path.empty() && !config.index_shards.empty())
+    throw KvError(KvErrorCode::kInvalidArgument,
+                  "snapshots of a sharded index are not one consistent cut of the store: use one index (no --shards/--devices) "
+                  "with --snapshot");
   options.snapshots = config.snapshots;
-  const std::string index_path = pool_file(config.pool, ".index");
+  // A sharded index is there when its shard 0 is (a missing later shard is the Table's error).
+  const std::string index_path = pool_file(config.pool, options.shards.empty() ? ".index" : ".index.shard0");
   const std::string legacy_items = pool_file(config.pool, ".items");
   const bool reopen = exists(index_path) || (!config.snapshots.path.empty() && exists(config.snapshots.path));
   if (!reopen && exists(legacy_items))

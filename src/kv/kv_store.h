@@ -38,6 +38,9 @@ struct KvConfig {
   double growth_factor = 1.25;
   EngineKind engine = EngineKind::kCpu;
   int index_threads = 1;  // CPU engine threads for index batches
+  // Shard the index over several pools and GPUs (OpenOptions::shards): entry k is shard k's GPU.
+  // Store mode: the index pools are NAME.index.shard<k>. Empty: one index.
+  std::vector<int> index_shards;
   SignatureFn signature = xxh3_signature;
   bool force_flush = false;
   // Store mode: snapshots of the index pool, items included (gphash/snapshot.h); with a path, a

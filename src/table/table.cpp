@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -20,46 +21,14 @@
 #include "snapshot/auto_snapshots.h"
 #include "snapshot/restore.h"
 #include "snapshot/snapshotter.h"
+#include "table/shard_set.h"
+#include "table/table_impl.h"
 #if GPHASH_HAVE_CUDA
 #include "engines/gpu/gpu_engine.h"
 #endif
 
 namespace gphash {
 
-struct Table::Impl {
-  std::unique_ptr<pool::Pool> pool;
-  std::unique_ptr<engine::Engine> engine;
-  OpenOptions options;
-  // Writing batches run alone; searching batches may share the table.
-  mutable std::shared_mutex batches;
-  // Writers of the attachment hold this shared across a write and the batches that publish it; a
-  // snapshot holds it exclusively (before `batches`) while it takes marks.
-  mutable SnapshotGate attachment_writers;
-  // Set by persist_attachment: writes the pool's write counter does not count (an in-place change
-  // with no batch), which an automatic snapshot must not skip.
-  mutable std::atomic<bool> attachment_written{false};
-  // Set when a call failed in a way that may have left the engine half done: the table refuses
-  // further work and is not marked clean, so the next open recovers the pool.
-  std::string failure;
-  void check_usable() const;
-  template <class F>
-  auto guarded(F&& f) -> decltype(f());
-  // Snapshots. Declared after what they use, so they go first; the scheduler last of all.
-  std::unique_ptr<snapshot::Snapshotter> snapshotter;
-  std::mutex snapshot_status;  // guards the three below
-  uint64_t snapshots_taken = 0;
-  SnapshotResult last_snapshot;
-  std::string snapshot_error;
-  std::unique_ptr<snapshot::AutoSnapshots> auto_snapshots;
-  bool engine_closed = false;
-
-  SnapshotResult take_snapshot(const std::string& path, bool skip_if_unchanged = false);
-  void start_snapshots();
-  void shut_down();
-  void after_writing_batch() {
-    if (auto_snapshots) auto_snapshots->writing_batch_done();
-  }
-};
 
 namespace {
 
@@ -131,9 +100,58 @@ Table::~Table() {
   }
 }
 
+Table::Impl::~Impl() = default;
+
 Table Table::create(const std::string& pool_spec, const TableConfig& config, const OpenOptions& options) {
   check_options(options);
   if (config.index == IndexKind::kHmeh && options.engine != EngineKind::kCpu) refuse_gpu_on_hmeh();
+  if (!options.shards.empty()) return Table(ShardSet::create(pool_spec, config, options));
+  return Table(Impl::create_pool(pool_spec, config, options, {}));
+}
+
+Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
+  check_options(options);
+  if (!options.shards.empty()) return Table(ShardSet::open(pool_spec, options));
+  return Table(Impl::open_pool(pool_spec, options, {}));
+}
+
+namespace {
+
+// Refuses a pool that is not what `member` says it must be, before an engine opens it.
+void check_membership(const pool::Pool& pool, const Table::Impl::Member& member) {
+  using Member = Table::Impl::Member;
+  const format::PoolHeader& h = pool.header();
+  if (member.kind == Member::kAny) return;
+  if (member.kind == Member::kOwn) {
+    if (h.shard_count != 0)
+      throw Error(ErrorCode::kShardMismatch,
+                  fmt::format("{} is shard {} of {} of a sharded table: open the table (its name without .shard{}) "
+                              "with {} shards (OpenOptions::shards, --shards)",
+                              pool.path(), h.shard_index, h.shard_count, h.shard_index, h.shard_count),
+                  "shards");
+    return;
+  }
+  if (h.shard_count == 0)
+    throw Error(ErrorCode::kShardMismatch,
+                fmt::format("{} is a table of its own, not shard {} of {} of a sharded table", pool.path(),
+                            member.index, member.count),
+                "shards");
+  if (h.shard_count != member.count)
+    throw Error(ErrorCode::kShardMismatch,
+                fmt::format("{} is shard {} of {}, but the table was opened with {} shards: open it with {}",
+                            pool.path(), h.shard_index, h.shard_count, member.count, h.shard_count),
+                "shards");
+  if (h.shard_index != member.index)
+    throw Error(ErrorCode::kShardMismatch,
+                fmt::format("{} holds shard {} of {}, not shard {}: was it renamed?", pool.path(), h.shard_index,
+                            h.shard_count, member.index),
+                "shards");
+}
+
+}  // namespace
+
+std::unique_ptr<Table::Impl> Table::Impl::create_pool(const std::string& pool_spec, const TableConfig& config,
+                                                      const OpenOptions& options, const Member& member) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace, options.pool_file_mode});
@@ -141,14 +159,21 @@ Table Table::create(const std::string& pool_spec, const TableConfig& config, con
     hmeh::initialize(*impl->pool, config);
   else
     engine::TableMeta::initialize(*impl->pool, config);
+  if (member.kind == Member::kExact) {  // before publish(): no one ever sees the shard unstamped
+    format::PoolHeader h = impl->pool->header();
+    std::memcpy(h.shard_set_id, member.set_id, sizeof h.shard_set_id);
+    h.shard_count = member.count;
+    h.shard_index = member.index;
+    impl->pool->write_header(h);
+  }
   impl->pool->publish();
   impl->engine = make_engine(*impl->pool, options);
   impl->start_snapshots();
-  return Table(std::move(impl));
+  return impl;
 }
 
-Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
-  check_options(options);
+std::unique_ptr<Table::Impl> Table::Impl::open_pool(const std::string& pool_spec, const OpenOptions& options,
+                                                    const Member& member) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   const pool::OpenOptions pool_options{options.read_only, options.max_pool_bytes, options.force_flush};
@@ -168,12 +193,11 @@ Table Table::open(const std::string& pool_spec, const OpenOptions& options) {
     }
     impl->pool = pool::Pool::open(pool_spec, pool_options);
   }
+  check_membership(*impl->pool, member);
   impl->engine = make_engine(*impl->pool, options);
   impl->start_snapshots();
-  return Table(std::move(impl));
+  return impl;
 }
-
-namespace {
 
 // Checks a batch before it reaches an engine; returns how many of its operations may write (0: a
 // searching batch). The arrays of a batch in GPU memory are never read here (the engine reports
@@ -223,10 +247,8 @@ uint64_t validate_batch(const Batch& b, const format::PoolHeader& h, const pool:
   return write_ops;
 }
 
-}  // namespace
-
 void Table::Impl::check_usable() const {
-  if (!engine) throw Error(ErrorCode::kInvalidArgument, "this table was closed; open its pool again to use it");
+  if (!engine && !shards) throw Error(ErrorCode::kInvalidArgument, "this table was closed; open its pool again to use it");
   if (!failure.empty())
     throw Error(ErrorCode::kTableFailed,
                 "an earlier call failed (" + failure +
@@ -257,9 +279,32 @@ auto Table::Impl::guarded(F&& f) -> decltype(f()) {
   }
 }
 
+namespace {
+
+// Whether a batch may write (a batch in GPU memory: its ops are not read on the host, so yes).
+bool may_write(const Batch& b) {
+  if (b.memory == MemorySpace::kDevice) return true;
+  if (!b.ops) return b.op != Op::kSearch;
+  for (size_t i = 0; i < b.size; ++i)
+    if (b.ops[i] != Op::kSearch) return true;
+  return false;
+}
+
+}  // namespace
+
 void Table::execute(const Batch& b) {
   impl_->check_usable();
   if (b.size == 0) return;
+  if (impl_->shards) {  // writing batches hold the whole set, as they hold one table
+    if (may_write(b)) {
+      std::unique_lock lock(impl_->batches);
+      impl_->shards->execute(b);
+    } else {
+      std::shared_lock lock(impl_->batches);
+      impl_->shards->execute(b);
+    }
+    return;
+  }
   const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
   if (writes) {
     {
@@ -281,6 +326,14 @@ void Table::execute(const Batch& b) {
 BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
   impl_->check_usable();
   if (b.size == 0) return {};
+  if (impl_->shards) {
+    if (b.memory == MemorySpace::kDevice)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "a sharded table takes batches in host memory only: use execute (execute_async with GPU arrays needs "
+                  "one table)");
+    execute(b);  // host arrays: run before returning, as the CPU engine does
+    return {};
+  }
   if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
     throw Error(ErrorCode::kInvalidArgument,
                 "execute_async needs the batch's arrays in GPU memory (MemorySpace::kDevice); use execute for host arrays");
@@ -303,7 +356,18 @@ BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
   return BatchEvent(std::move(done));
 }
 
+namespace {
+
+void refuse_on_shards(const Table::Impl& impl, const char* what) {
+  if (impl.shards)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} needs one table: a sharded table's items are spread over several pools and GPUs", what));
+}
+
+}  // namespace
+
 DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessionOptions& options) {
+  refuse_on_shards(*impl_, "a device session");
   std::unique_lock lock(impl_->batches);
   engine::DeviceSession s = impl_->guarded([&] {
     engine::DeviceSession opened = impl_->engine->begin_device_session(options.max_new_items, stream);
@@ -321,6 +385,7 @@ DeviceSession Table::begin_device_session(CUstream_st* stream, const DeviceSessi
 }
 
 BatchEvent Table::end_device_session(CUstream_st* stream) {
+  refuse_on_shards(*impl_, "a device session");
   BatchEvent done;
   {
     std::unique_lock lock(impl_->batches);
@@ -340,14 +405,17 @@ CUevent_st* BatchEvent::cuda_event() const {
 
 uint32_t Table::key_width() const {
   impl_->check_usable();
+  if (impl_->shards) return impl_->shards->key_width();
   return key_width_of(impl_->pool->header());
 }
 uint32_t Table::value_width() const {
   impl_->check_usable();
+  if (impl_->shards) return impl_->shards->value_width();
   return value_width_of(impl_->pool->header());
 }
 uint64_t Table::size() const {
   impl_->check_usable();
+  if (impl_->shards) return impl_->shards->size();
   return impl_->engine->item_count();
 }
 
@@ -383,6 +451,8 @@ TableInfo info_from_header(const format::PoolHeader& h, const std::string& path,
   i.value_checksums = format::has_value_checksums(h);
   for (unsigned char b : h.uuid) i.uuid += fmt::format("{:02x}", b);
   i.last_snapshot_unix_ns = h.snapshot_unix_ns;
+  i.shard_index = h.shard_index;
+  i.shard_count = h.shard_count;
   if (h.index_kind == format::kIndexHmeh) return info_from_hmeh_header(h, i);
   i.index = h.index_kind == format::kIndexGphash ? "gphash" : "unknown";
   i.key_width = h.gphash.key_width;
@@ -418,6 +488,7 @@ TableInfo Table::inspect(const std::string& pool_spec) {
 TableInfo Table::info() const {
   impl_->check_usable();
   std::shared_lock lock(impl_->batches);
+  if (impl_->shards) return impl_->shards->info();
   engine::EngineStats s = impl_->engine->stats();
   const pool::Pool& pool = *impl_->pool;
   TableInfo i = info_from_header(pool.header(), pool.path(), pool.kind(), pool.file_size());
@@ -454,6 +525,7 @@ TableInfo Table::info() const {
 
 void Table::save() {
   std::unique_lock lock(impl_->batches);
+  if (impl_->shards) return impl_->shards->save();
   impl_->guarded([&] { impl_->engine->save(); });
 }
 
@@ -482,6 +554,7 @@ CheckResult Table::check(int threads) const {
   threads = check_threads(threads, "check threads");
   impl_->check_usable();
   std::unique_lock lock(impl_->batches);
+  if (impl_->shards) return impl_->shards->check(threads);
   impl_->engine->save();  // a GPU-memory table is checked as saved
   if (is_hmeh(impl_->pool->header())) return to_result(hmeh::check_index(*impl_->pool, threads, impl_->engine->item_count()));
   return to_result(engine::check_table(*impl_->pool, {threads, impl_->engine->item_count(), false}));
@@ -598,6 +671,7 @@ size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_
   if (memory == MemorySpace::kDevice && impl_->options.engine != EngineKind::kGpu)
     throw Error(ErrorCode::kInvalidArgument, "exporting into GPU memory needs the GPU engine");
   std::unique_lock lock(impl_->batches);
+  if (impl_->shards) return impl_->shards->export_items(cursor, keys, values, capacity, memory);
   const engine::EngineStats s = impl_->engine->stats();
   if (cursor.position == 0 && cursor.exported == 0) {
     cursor.resizes = s.resizes;
@@ -616,6 +690,7 @@ size_t Table::export_items(ExportCursor& cursor, void* keys, void* values, size_
 TableStats Table::stats() {
   impl_->check_usable();
   std::unique_lock lock(impl_->batches);
+  if (impl_->shards) return impl_->shards->stats();
   const format::PoolHeader& h = impl_->pool->header();
   const engine::EngineStats s = impl_->engine->stats();
   TableStats r;
@@ -642,6 +717,11 @@ TableStats Table::stats() {
 }
 
 void Table::close() {
+  if (impl_->shards) {
+    impl_->shards->close();
+    impl_->shards.reset();
+    return;
+  }
   if (!impl_->engine) return;
   impl_->shut_down();
 }
@@ -738,17 +818,26 @@ SnapshotResult Table::snapshot(const std::string& path) {
   const std::string& file = path.empty() ? impl_->options.snapshots.path : path;
   if (file.empty())
     throw Error(ErrorCode::kInvalidArgument, "snapshot: no file given and no OpenOptions::snapshots.path", "path");
+  if (impl_->shards) {
+    // One file per shard (FILE.shard<k>), all taken while writing batches are held off: together
+    // they are one consistent cut of the table.
+    std::unique_lock lock(impl_->batches);
+    return impl_->shards->snapshot(file);
+  }
   return impl_->take_snapshot(file);
 }
 
 // ---- the attachment ----------------------------------------------------------------------------
 
+// A sharded table keeps its attachment in shard 0's pool (no GPU call: any thread may use it).
 std::span<std::byte> Table::attachment() const {
+  if (impl_->shards) return impl_->shards->shard(0).attachment();
   impl_->check_usable();
   return impl_->pool->attachment();
 }
 
 std::span<std::byte> Table::create_attachment(uint64_t bytes) {
+  if (impl_->shards) return impl_->shards->shard(0).create_attachment(bytes);
   impl_->check_usable();
   if (impl_->options.read_only) throw Error(ErrorCode::kReadOnly, "the table is open read-only: no attachment can be made");
   if (bytes == 0) throw Error(ErrorCode::kInvalidArgument, "an attachment needs at least one byte", "bytes");
@@ -766,6 +855,7 @@ std::span<std::byte> Table::create_attachment(uint64_t bytes) {
 }
 
 void Table::persist_attachment(const void* p, size_t n) const {
+  if (impl_->shards) return impl_->shards->shard(0).persist_attachment(p, n);
   const std::span<std::byte> a = impl_->pool->attachment();
   const auto* b = static_cast<const std::byte*>(p);
   if (b < a.data() || n > a.size() || b > a.data() + (a.size() - n))
@@ -775,6 +865,7 @@ void Table::persist_attachment(const void* p, size_t n) const {
 }
 
 std::shared_lock<SnapshotGate> Table::hold_snapshots() const {
+  if (impl_->shards) return impl_->shards->shard(0).hold_snapshots();
   return std::shared_lock<SnapshotGate>(impl_->attachment_writers);
 }
 
@@ -785,7 +876,9 @@ RestoreResult Table::restore(const std::string& snapshot_file, const std::string
   // The capture saw the pool open for writing: recover (recount) it once and close it cleanly.
   OpenOptions open;
   open.threads = options.threads;
-  Table t = Table::open(pool_spec, open);
+  Impl::Member any;
+  any.kind = Impl::Member::kAny;  // a shard's pool too (a sharded table's open restores its missing shards)
+  Table t(Impl::open_pool(pool_spec, open, any));
   r.items = t.size();
   t.close();
   return r;
