@@ -20,6 +20,8 @@
 
 namespace gphash::gpm {
 
+// Host code (gpm/device.h) sees the types only; the device functions exist under nvcc.
+#if defined(__CUDACC__)
 __device__ __forceinline__ void persist_barrier() { __threadfence_system(); }
 
 __device__ __forceinline__ void barrier(bool persistent) {
@@ -28,6 +30,7 @@ __device__ __forceinline__ void barrier(bool persistent) {
   else
     __threadfence();
 }
+#endif
 
 // Crash injection (crash-point builds only): the store that makes `stores` reach `trap_at` traps.
 struct StoreCountdown {
@@ -41,6 +44,7 @@ struct DeviceWrites {
   StoreCountdown* countdown = nullptr;  // in GPU memory, or null
 #endif
 
+#if defined(__CUDACC__)
   __device__ __forceinline__ void count() const {
 #if GPHASH_CRASH_POINTS
     if (countdown && countdown->trap_at && atomicAdd(&countdown->stores, 1ull) + 1 >= countdown->trap_at) __trap();
@@ -52,6 +56,7 @@ struct DeviceWrites {
   }
   __device__ __forceinline__ uint64_t load(const uint64_t* p) const { return *reinterpret_cast<const volatile uint64_t*>(p); }
   __device__ __forceinline__ void barrier() const { gpm::barrier(persistent); }
+#endif
 };
 
 }  // namespace gphash::gpm
