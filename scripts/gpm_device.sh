@@ -38,8 +38,8 @@ timeout 120 "$main/tests/gpm_test" >"$out/gpm_test.log" 2>&1; r_cpu=$?
 timeout 240 "$main/tests/gpm_gpu_test" >"$out/gpm_gpu_test.log" 2>&1; r_gpu=$?
 GPHASH_GPM_KILLS=${GPHASH_GPM_KILLS:-3} timeout 150 "$main/tests/crash/gpm_crash_test" --gtest_filter='GpmKill.*' \
   >"$out/gpm_kill_test.log" 2>&1; r_kill=$?
-timeout 150 "$crash/tests/crash/gpm_crash_test" --gtest_filter='GpmTrap.*' >"$out/gpm_trap_test.log" 2>&1; r_trap=$?
-timeout 240 "$main/bench/gpm_bench" --json "$out/gpm_bench.json" ${GPHASH_GPM_BENCH_ARGS:-} >"$out/gpm_bench.log" 2>&1; r_bench=$?
+timeout 200 "$crash/tests/crash/gpm_crash_test" --gtest_filter='GpmTrap.*' >"$out/gpm_trap_test.log" 2>&1; r_trap=$?
+timeout 200 "$main/bench/gpm_bench" --json "$out/gpm_bench.json" ${GPHASH_GPM_BENCH_ARGS:-} >"$out/gpm_bench.log" 2>&1; r_bench=$?
 rm -f /dev/shm/gphash-gpmcrash-* /dev/shm/gphash-gpmbench-*
 echo "==== summary"
 sed -n '/==== summary ====/,$p' "$out/gpm_bench.log" | tail -n +2 | sed 's/^/bench: /'
