@@ -157,7 +157,7 @@ struct FieldCase {
 TEST(HmehCorruptPool, EveryBadHeaderFieldIsATypedErrorNamingIt) {
   const uint32_t chunks = header_of(pristine(), 0).hmeh.segment_chunk_count;
   const std::vector<FieldCase> cases = {
-      {"index kind 3", [](PoolHeader& h) { h.index_kind = 3; }, "index_kind"},
+      {"index kind 4", [](PoolHeader& h) { h.index_kind = 4; }, "index_kind"},  // 3 is GPM (libGPM)
       {"32-byte keys", [](PoolHeader& h) { h.hmeh.key_width = 32; }, "key_width"},
       {"value width 0", [](PoolHeader& h) { h.hmeh.value_width = 0; }, "value_width"},
       {"hash function 7", [](PoolHeader& h) { h.hmeh.hash_function = 7; }, "hash_function"},

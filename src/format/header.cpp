@@ -160,7 +160,12 @@ void validate_header(const PoolHeader& h, uint64_t file_size) {
       validate_hmeh_section(h, extents);
       extent_fields = "segment_chunk_offset/node_chunk_offset/heap_chunk_offset";
       break;
-    default: corrupt("index_kind", fmt::format("is {}, not a known index (1 = gphash, 2 = hmeh)", h.index_kind));
+    case kIndexGpm:
+      validate_gpm_section(h, extents);
+      extent_fields = "objects[].offset";
+      break;
+    default:
+      corrupt("index_kind", fmt::format("is {}, not a known index (1 = gphash, 2 = hmeh, 3 = gpm)", h.index_kind));
   }
   if (h.attachment_offset != 0 || h.attachment_bytes != 0) {
     const uint64_t align = uint64_t{1} << h.extent_align_log2;
@@ -190,6 +195,7 @@ std::string describe(const PoolHeader& h) {
   line("format", fmt::format("{}.{}", h.version_major, h.version_minor));
   line("index", h.index_kind == kIndexGphash ? "gphash"
                 : h.index_kind == kIndexHmeh ? "hmeh"
+                : h.index_kind == kIndexGpm  ? "gpm"
                                              : fmt::format("kind {}", h.index_kind));
   line("features", has_value_checksums(h) ? "value checksums" : "none");
   line("generation", std::to_string(h.generation));
@@ -197,6 +203,7 @@ std::string describe(const PoolHeader& h) {
   line("pool_used", std::to_string(h.pool_used));
   if (h.attachment_bytes) line("attachment", fmt::format("{} bytes at {}", h.attachment_bytes, h.attachment_offset));
   if (h.index_kind == kIndexHmeh) return out + describe_hmeh_section(h);
+  if (h.index_kind == kIndexGpm) return out + describe_gpm_section(h);
   const GphashMeta& g = h.gphash;
   line("key_width", std::to_string(g.key_width));
   line("value_width", std::to_string(g.value_width));

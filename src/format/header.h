@@ -13,6 +13,7 @@
 
 #include "format/hash.h"
 #include "format/hd.h"
+#include "format/gpm/meta.h"
 #include "format/hmeh/meta.h"
 #include "format/layout.h"
 #include "format/shape.h"
@@ -41,6 +42,7 @@ inline constexpr uint32_t kMaxHeapChunks = 40;
 enum IndexKind : uint32_t {
   kIndexGphash = 1,  // GPHash: levels of buckets, the value heap (this file, layout.h, slot.h)
   kIndexHmeh = 2,    // HMEH: extendible hashing with a radix-tree directory (format/hmeh/)
+  kIndexGpm = 3,     // GPM: named regions, logs and checkpoint groups for GPU programs (format/gpm/, src/gpm/)
 };
 
 enum ResizeState : uint32_t {
@@ -118,6 +120,7 @@ struct PoolHeader {
   union {
     GphashMeta gphash;
     HmehMeta hmeh;
+    GpmMeta gpm;
     unsigned char index_section[kIndexSectionBytes];
   };
   uint64_t checksum;  // XXH64 (seed 0) of bytes [0, 4088)
@@ -138,6 +141,8 @@ static_assert(offsetof(PoolHeader, attachment_offset) == 160);
 static_assert(offsetof(PoolHeader, attachment_bytes) == 168);
 static_assert(offsetof(PoolHeader, gphash) == kIndexSectionOffset);
 static_assert(offsetof(PoolHeader, hmeh) == kIndexSectionOffset);
+static_assert(offsetof(PoolHeader, gpm) == kIndexSectionOffset);
+static_assert(sizeof(GpmMeta) <= kIndexSectionBytes);
 static_assert(offsetof(PoolHeader, checksum) == 4088);
 
 // The maintenance page records the one multi-slot step that is not naturally atomic: moving an

@@ -42,7 +42,7 @@ format::PoolHeader restored_header(const pool::Pool& pool, uint64_t pool_bytes, 
 
 // The pool's extents as sorted [begin, end) ranges: the prefix, the attachment, then GPHash's levels and heap
 // chunks, or HMEH's segment, radix-node and heap chunks (chunk c of an arena holds first << c
-// units). Anything else is released, so this must name every extent of either index.
+// units), or a GPM pool's objects. Anything else is released, so this must name every extent.
 std::vector<std::pair<uint64_t, uint64_t>> live_extents(const format::PoolHeader& h) {
   std::vector<std::pair<uint64_t, uint64_t>> r{{0, format::kReservedPrefixBytes}};
   if (h.attachment_bytes) r.push_back({h.attachment_offset, h.attachment_offset + h.attachment_bytes});
@@ -54,6 +54,12 @@ std::vector<std::pair<uint64_t, uint64_t>> live_extents(const format::PoolHeader
     arena(m.segment_chunk_count, m.segment_first_chunk, m.segment_chunk_offset, uint64_t{1} << m.segment_bytes_log2);
     arena(m.node_chunk_count, m.node_first_chunk, m.node_chunk_offset, format::hmeh::kNodeBytes);
     arena(m.heap_chunk_count, m.heap_first_chunk_cells, m.heap_chunk_offset, m.cell_size);
+    std::sort(r.begin(), r.end());
+    return r;
+  }
+  if (h.index_kind == format::kIndexGpm) {  // GPM pools: every object of the directory
+    for (uint32_t i = 0; i < h.gpm.object_count; ++i)
+      r.push_back({h.gpm.objects[i].offset, h.gpm.objects[i].offset + h.gpm.objects[i].bytes});
     std::sort(r.begin(), r.end());
     return r;
   }

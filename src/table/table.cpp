@@ -38,6 +38,10 @@ namespace {
 }
 
 std::unique_ptr<engine::Engine> make_engine(pool::Pool& pool, const OpenOptions& options) {
+  if (pool.header().index_kind == format::kIndexGpm)
+    throw Error(ErrorCode::kInvalidArgument,
+                "pool " + pool.path() + " is a GPM pool (regions, logs, checkpoints), not an index: open it with gpm::GpmPool",
+                "index_kind");
   if (pool.header().index_kind == format::kIndexHmeh) {
     if (options.engine != EngineKind::kCpu) refuse_gpu_on_hmeh();
     return hmeh::open_engine(pool, hmeh::engine_options(options));

@@ -27,6 +27,7 @@
 #include "format/probe.h"
 #include "format/shape.h"
 #include "format/slot.h"
+#include "gpm/persist.cuh"
 
 namespace gphash::engine::gpu {
 
@@ -61,7 +62,7 @@ struct CrashCountdown {
 #endif
 
 // The one write path to the pool. A host-mapped pool is persistent: the barrier is a system-scope
-// fence (the GPM model's persist barrier). A table kept in GPU memory is volatile; a device-scope
+// fence (the GPM model's persist barrier, gpm::barrier). A table kept in GPU memory is volatile; a device-scope
 // fence still orders a slot's stores before the tag update that hands the slot to other warps
 // (without it an erase's EMPTY could land after another warp's insert into the freed slot).
 struct PoolWrites {
@@ -118,13 +119,9 @@ struct PoolWrites {
     lane_copy(dst, src, n);
     mark(dst, n);
   }
-  // The persist barrier: stores before it reach the persistence domain before stores after it.
-  __device__ __forceinline__ void barrier() const {
-    if (persistent)
-      __threadfence_system();
-    else
-      __threadfence();
-  }
+  // The persist barrier: stores before it reach the persistence domain before stores after it
+  // (libGPM's primitive, include/gpm/persist.cuh; a device-scope fence for a table in GPU memory).
+  __device__ __forceinline__ void barrier() const { gpm::barrier(persistent); }
 };
 
 // Counters a batch accumulates on the device; read back once per batch.

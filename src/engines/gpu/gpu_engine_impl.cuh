@@ -39,7 +39,7 @@
 #include "engines/engine.h"
 #include "engines/gpu/cuda_util.h"
 #include "engines/gpu/kernels.cuh"
-#include "engines/gpu/pool_mapping.h"
+#include "gpm/pool_mapping.h"
 #include "gphash/config.h"
 #include "gphash/gpu/table_ref.cuh"
 #include "pool/pool.h"
@@ -989,7 +989,7 @@ class GpuEngine final : public Engine {
   TableMeta meta_;
   OpenOptions options_;
   bool gpu_memory_;
-  PoolMapping mapping_;
+  gpm::PoolMapping mapping_;
   // One caller at a time enqueues, waits or reads the table's host state.
   mutable std::mutex mutex_;
   Stream batch_stream_;  // host batches (execute)

@@ -1,7 +1,9 @@
-// The GPM layer of the GPU engine: extents of a pool registered with CUDA, so kernels read and
-// write them in place over PCIe (the pool is the persistence domain, DESIGN.md section 3). One
-// owner for every registration; they are released when it is destroyed, also when an open fails
-// half way.
+// libGPM's mapping of pool memory for kernels (the GPM layer, DESIGN.md section 7): extents of a
+// pool registered with CUDA, so kernels read and write them in place over PCIe (the pool is the
+// persistence domain, DESIGN.md section 3). Pools in /dev/shm, hugetlbfs, memfd (anonymous) memory
+// or on device-DAX map; regular files do not (kNotMappable). One owner for every registration;
+// they are released when it is destroyed, also when an open fails half way. Used by the GPU engine
+// (the index) and by gpm::GpmPool (regions, logs, checkpoint groups): one mapping path for both.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,11 +11,19 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
-#include "engines/gpu/cuda_util.h"
+#include "gphash/error.h"
 #include "pool/pool.h"
 
-namespace gphash::engine::gpu {
+namespace gphash::gpm {
+
+// A failed CUDA call as a typed error (kCuda). The GPU engine has its own checker (cuda_util.h,
+// with fault injection); this layer sits below it and needs only this.
+inline void mapping_check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  throw Error(ErrorCode::kCuda, std::string("CUDA: ") + what + " failed: " + cudaGetErrorString(err));
+}
 
 class PoolMapping {
  public:
@@ -39,15 +49,16 @@ class PoolMapping {
     }
     registered_[offset] = bytes;
     void* device = nullptr;
-    GPHASH_CUDA(cudaHostGetDevicePointer(&device, host, 0));
+    mapping_check(cudaHostGetDevicePointer(&device, host, 0), "cudaHostGetDevicePointer");
     same_addresses_ &= device == host;
     return static_cast<std::byte*>(device);
   }
   void unmap(uint64_t offset) {
-    if (registered_.erase(offset)) GPHASH_CUDA(cudaHostUnregister(pool_.base() + offset));
+    if (registered_.erase(offset)) mapping_check(cudaHostUnregister(pool_.base() + offset), "cudaHostUnregister");
   }
   // Whether device addresses equal host addresses for every extent (on 64-bit Linux with unified
-  // addressing they do); the write path's dirty-page marks compute pool offsets from them.
+  // addressing they do); the index's dirty-page marks and GPM's log entries compute pool offsets
+  // from them.
   bool same_addresses() const { return same_addresses_; }
 
  private:
@@ -56,4 +67,4 @@ class PoolMapping {
   bool same_addresses_ = true;
 };
 
-}  // namespace gphash::engine::gpu
+}  // namespace gphash::gpm
