@@ -80,7 +80,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="gphash-server-snap-", dir="/tmp")  # a real file system, not /dev/shm
     snap = os.path.join(tmp, "store.snap")
     rnd = random.Random(11)
-    args = ("--mode", "store", "--pool", pool, "-m", "64", "-t", "2", "--snapshot", snap, "--snapshot-every-seconds", "0.2")
+    engine = ("--engine", os.environ["GPHASH_SERVER_ENGINE"]) if os.environ.get("GPHASH_SERVER_ENGINE") else ()  # gpu on a GPU machine
+    args = ("--mode", "store", "--pool", pool, "-m", "64", "-t", "2", *engine, "--snapshot", snap, "--snapshot-every-seconds", "0.2")
     try:
         # 1. Writes, a snapshot that covers them, more writes, then kill -9 and a "reboot".
         model = {}
@@ -128,7 +129,7 @@ def main():
         check(r.returncode == 0, f"gphash snapshot of a stopped server's pool ({r.stderr.strip()[:200]})")
         r = subprocess.run([GPHASH, "restore", snap2, moved + ".index"], capture_output=True, text=True)
         check(r.returncode == 0, f"gphash restore under another name ({r.stderr.strip()[:200]})")
-        with h.gphash_server("--mode", "store", "--pool", moved, "-m", "64", "-t", "2") as s:
+        with h.gphash_server("--mode", "store", "--pool", moved, "-m", "64", "-t", "2", *engine) as s:
             got = get_all(s.port, list(model))
             check(len(got) == len(model) and all(got[k] == v for k, v in model.items()),
                   "a server on the restored copy serves every item")

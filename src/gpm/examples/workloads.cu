@@ -50,17 +50,29 @@ __global__ void kvs_set(LogView log, DeviceMemory mem, uint64_t* table, unsigned
   uint64_t k = 0;
   for (uint64_t i = slot; i < n; i += stride, ++k) {
     const uint64_t key = keys[i];
-    const uint64_t b = Kvs::bucket_of(key, buckets);
-    unsigned long long* ways = mirror + b * kWays;
-    int way = -1;
+    const uint64_t cand[2] = {Kvs::bucket_of(key, buckets, 0), Kvs::bucket_of(key, buckets, 1)};
+    uint64_t b = cand[0];
+    int way = -1, used[2] = {0, 0};
     bool fresh = false;
-    for (int w = 0; w < static_cast<int>(kWays) && way < 0; ++w)
-      if (reinterpret_cast<volatile unsigned long long*>(ways)[w] == key) way = w;
-    for (int w = 0; w < static_cast<int>(kWays) && way < 0; ++w)
-      if (atomicCAS(&ways[w], 0ull, static_cast<unsigned long long>(key)) == 0ull) {
-        way = w;
-        fresh = true;
+    for (int c = 0; c < 2 && way < 0; ++c)
+      for (int w = 0; w < static_cast<int>(kWays) && way < 0; ++w) {
+        const unsigned long long held = reinterpret_cast<volatile unsigned long long*>(mirror + cand[c] * kWays)[w];
+        used[c] += held != 0;
+        if (held == key) {
+          way = w;
+          b = cand[c];
+        }
       }
+    // New: the emptier bucket first, then the other (a race may have filled it).
+    for (int t = 0; t < 2 && way < 0; ++t) {
+      const uint64_t c = (used[1] < used[0]) != (t == 1) ? cand[1] : cand[0];
+      for (int w = 0; w < static_cast<int>(kWays) && way < 0; ++w)
+        if (atomicCAS(&mirror[c * kWays + w], 0ull, static_cast<unsigned long long>(key)) == 0ull) {
+          way = w;
+          b = c;
+          fresh = true;
+        }
+    }
     if (way < 0) {
       atomicAdd(no_room, 1ull);
       continue;
@@ -76,13 +88,16 @@ __global__ void kvs_get(const uint64_t* table, const unsigned long long* mirror,
                         uint64_t* values, uint64_t n) {
   for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) {
     const uint64_t key = keys[i];
-    const uint64_t b = Kvs::bucket_of(key, buckets);
     uint64_t v = 0;
-    for (uint32_t w = 0; w < kWays; ++w)
-      if (mirror[b * kWays + w] == key) {
-        v = *reinterpret_cast<const volatile uint64_t*>(&table[b * 2 * kWays + kWays + w]);
-        break;
-      }
+    for (int c = 0; c < 2; ++c) {
+      const uint64_t b = Kvs::bucket_of(key, buckets, c);
+      for (uint32_t w = 0; w < kWays; ++w)
+        if (mirror[b * kWays + w] == key) {
+          v = *reinterpret_cast<const volatile uint64_t*>(&table[b * 2 * kWays + kWays + w]);
+          c = 2;
+          break;
+        }
+    }
     values[i] = v;
   }
 }
