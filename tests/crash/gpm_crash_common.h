@@ -11,7 +11,7 @@ namespace gphash::gpmcrash {
 inline constexpr uint64_t kKvsBuckets = 1 << 16;
 inline constexpr uint64_t kKvsKeys = 200000;  // every batch sets keys 1..kKvsKeys
 inline constexpr uint64_t kDbRows = 1 << 18;  // batch 0 inserts every row (stamp 1), batch b updates every row (stamp b+1)
-inline constexpr uint64_t kSolverWords = 1 << 16;
+inline constexpr uint64_t kSolverWords = 1 << 12;  // the CPU reference replays every iteration: keep it small
 inline constexpr uint64_t kSolverEvery = 3;
 
 inline uint64_t kvs_value(uint64_t key, uint64_t batch) { return key * 1000003 + batch + 1; }

@@ -163,7 +163,8 @@ std::string pool_path(const std::string& tag) { return "/dev/shm/gphash-gpmcrash
 TEST(GpmKill, SigkillWithKernelsInFlightRecoversEveryWorkload) {
   std::string why;
   if (!engine::gpu_available(&why)) GTEST_SKIP() << "no GPU: " << why;
-  const int rounds = std::getenv("GPHASH_GPM_KILLS") ? std::atoi(std::getenv("GPHASH_GPM_KILLS")) : 4;
+  const int rounds = std::getenv("GPHASH_GPM_KILLS") ? std::atoi(std::getenv("GPHASH_GPM_KILLS")) : 2;
+  const auto start = std::chrono::steady_clock::now();
   std::mt19937_64 rng(77);
   int kills = 0;
   for (const char* w : kWorkloads)
@@ -178,6 +179,9 @@ TEST(GpmKill, SigkillWithKernelsInFlightRecoversEveryWorkload) {
         ASSERT_TRUE(v.empty()) << w << " killed after " << r.acked << " acknowledged batches: " << v;
         ++kills;
       }
+      std::fprintf(stderr, "[gpm kill] %s round %d: killed after %.2f s, %llu batches acknowledged%s (%.1f s so far)\n", w, i,
+                   delay, static_cast<unsigned long long>(r.acked), r.opened ? ", verified" : ", not yet open",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       std::remove(path.c_str());
     }
   std::printf("GPM kill test: %d kills verified\n", kills);
