@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <fmt/format.h>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -167,52 +168,62 @@ int main(int argc, char** argv) {
   }
 
   if (has("ycsb")) {
-    TempPath path("ycsb");
-    auto gp = gpm::GpmPool::create(path.path);
-    gpm::DeviceGpm dev(*gp);
-    const uint64_t buckets = ycsb_keys / 4;  // 50% of the ways at full load
-    wl::Kvs kvs(*gp, dev, "kvs", true, buckets, {gpm::kLayoutHcl, gpm::kModeUndo}, ycsb_batch);
     std::vector<uint64_t> keys(ycsb_batch), values(ycsb_batch);
     uint64_t *dk, *dv, *dout;
     cudaMalloc(&dk, ycsb_batch * 8);
     cudaMalloc(&dv, ycsb_batch * 8);
     cudaMalloc(&dout, ycsb_batch * 8);
-    double load_s = 0;
-    for (uint64_t first = 0; first < ycsb_keys; first += ycsb_batch) {
-      const uint64_t n = std::min(ycsb_batch, ycsb_keys - first);
-      for (uint64_t i = 0; i < n; ++i) {
-        keys[i] = first + i + 1;
-        values[i] = rng();
-      }
-      cudaMemcpy(dk, keys.data(), n * 8, cudaMemcpyHostToDevice);
-      cudaMemcpy(dv, values.data(), n * 8, cudaMemcpyHostToDevice);
-      const double t0 = now();
-      kvs.set(dk, dv, n, s);
-      load_s += now() - t0;
-    }
-    // YCSB A: half GETs, half SETs (distinct keys within a SET batch), uniform over the loaded keys.
-    double run_s = 0;
-    uint64_t ops = 0;
     const uint64_t half = ycsb_batch / 2;
-    for (uint64_t b = 0; b < ycsb_batches; ++b) {
-      const uint64_t base = rng() % ycsb_keys;
-      for (uint64_t i = 0; i < half; ++i) keys[i] = 1 + (base + i * 2654435761ull) % ycsb_keys;  // distinct for half < keys
-      for (uint64_t i = half; i < ycsb_batch; ++i) keys[i] = 1 + rng() % ycsb_keys;
-      cudaMemcpy(dk, keys.data(), ycsb_batch * 8, cudaMemcpyHostToDevice);
-      const double t0 = now();
-      kvs.set(dk, dv, half, s);
-      kvs.get(dk + half, dout, ycsb_batch - half, s);
-      run_s += now() - t0;
-      ops += ycsb_batch;
-    }
+    // The streams both systems run, drawn from one seed each time: the load (keys 1..ycsb_keys,
+    // random values), then YCSB A rounds (the first half of a batch distinct keys to SET, the
+    // second half uniform keys to GET). `load(n)` and `round()` run a batch already in dk/dv;
+    // returns {load seconds, run seconds} of device-side batches (copies excluded).
+    auto run_streams = [&](const std::function<void(uint64_t)>& load, const std::function<void()>& round) {
+      std::mt19937_64 stream(1234);
+      double load_s = 0, run_s = 0;
+      for (uint64_t first = 0; first < ycsb_keys; first += ycsb_batch) {
+        const uint64_t n = std::min(ycsb_batch, ycsb_keys - first);
+        for (uint64_t i = 0; i < n; ++i) {
+          keys[i] = first + i + 1;
+          values[i] = stream();
+        }
+        cudaMemcpy(dk, keys.data(), n * 8, cudaMemcpyHostToDevice);
+        cudaMemcpy(dv, values.data(), n * 8, cudaMemcpyHostToDevice);
+        const double t0 = now();
+        load(n);
+        load_s += now() - t0;
+      }
+      for (uint64_t b = 0; b < ycsb_batches; ++b) {
+        const uint64_t base = stream() % ycsb_keys;
+        for (uint64_t i = 0; i < half; ++i) keys[i] = 1 + (base + i * 2654435761ull) % ycsb_keys;  // distinct for half < keys
+        for (uint64_t i = half; i < ycsb_batch; ++i) keys[i] = 1 + stream() % ycsb_keys;
+        cudaMemcpy(dk, keys.data(), ycsb_batch * 8, cudaMemcpyHostToDevice);
+        const double t0 = now();
+        round();
+        run_s += now() - t0;
+      }
+      return std::pair{load_s, run_s};
+    };
+    const uint64_t ops = ycsb_batches * ycsb_batch;
+
+    TempPath path("ycsb");
+    auto gp = gpm::GpmPool::create(path.path);
+    gpm::DeviceGpm dev(*gp);
+    const uint64_t buckets = ycsb_keys / 4;  // 50% of the ways at full load
+    wl::Kvs kvs(*gp, dev, "kvs", true, buckets, {gpm::kLayoutHcl, gpm::kModeUndo}, ycsb_batch);
+    const auto [load_s, run_s] = run_streams([&](uint64_t n) { kvs.set(dk, dv, n, s); },
+                                             [&] {
+                                               kvs.set(dk, dv, half, s);
+                                               kvs.get(dk + half, dout, ycsb_batch - half, s);
+                                             });
     out["ycsb"] = {{"keys", ycsb_keys}, {"batch", ycsb_batch}, {"load_mops", ycsb_keys / load_s / 1e6},
                    {"a_mops", ops / run_s / 1e6}, {"log", "hcl-undo"}};
     summary.push_back(fmt::format("gpKVS YCSB (hcl-undo, {} keys): LOAD {:.2f} Mops/s, A (50/50) {:.2f} Mops/s", ycsb_keys,
                                   ycsb_keys / load_s / 1e6, ops / run_s / 1e6));
 
-    // The same key streams on gphash's log-free index (GPU engine, host-mapped pool, 8-byte keys
-    // and values, batch arrays in GPU memory): inserts for the load, then one mixed batch per
-    // round (the SET half as upserts, the GET half as searches).
+    // The same streams on gphash's log-free index (GPU engine, host-mapped pool, 8-byte keys and
+    // values, batch arrays in GPU memory): inserts for the load, then one mixed batch per round
+    // (the SET half as upserts, the GET half as searches).
     {
       TempPath index_path("ycsb-gphash");
       TableConfig config;
@@ -224,53 +235,33 @@ int main(int argc, char** argv) {
       o.replace = true;
       Table t = Table::create(index_path.path, config, o);
       std::vector<Op> op(ycsb_batch);
+      for (uint64_t i = 0; i < ycsb_batch; ++i) op[i] = i < half ? Op::kUpsert : Op::kSearch;
       Op* dops;
       OpStatus* dstatus;
       cudaMalloc(&dops, ycsb_batch * sizeof(Op));
       cudaMalloc(&dstatus, ycsb_batch * sizeof(OpStatus));
-      auto run = [&](uint64_t n, const Op* ops, Op one) {
+      cudaMemcpy(dops, op.data(), ycsb_batch * sizeof(Op), cudaMemcpyHostToDevice);
+      auto run = [&](uint64_t n, const Op* ops_array, Op one) {
         Batch b;
         b.size = n;
         b.key_width = b.value_width = 8;
         b.op = one;
-        b.ops = ops;
+        b.ops = ops_array;
         b.keys = dk;
         b.values = dv;
         b.values_out = dout;
         b.status = dstatus;
         b.memory = MemorySpace::kDevice;
-        const double t0 = now();
         t.execute_async(b, s).wait();
-        return now() - t0;
       };
-      double g_load = 0, g_run = 0;
-      for (uint64_t first = 0; first < ycsb_keys; first += ycsb_batch) {
-        const uint64_t n = std::min(ycsb_batch, ycsb_keys - first);
-        for (uint64_t i = 0; i < n; ++i) {
-          keys[i] = first + i + 1;
-          values[i] = rng();
-        }
-        cudaMemcpy(dk, keys.data(), n * 8, cudaMemcpyHostToDevice);
-        cudaMemcpy(dv, values.data(), n * 8, cudaMemcpyHostToDevice);
-        g_load += run(n, nullptr, Op::kInsert);
-      }
-      for (uint64_t i = 0; i < ycsb_batch; ++i) op[i] = i < half ? Op::kUpsert : Op::kSearch;
-      cudaMemcpy(dops, op.data(), ycsb_batch * sizeof(Op), cudaMemcpyHostToDevice);
-      uint64_t g_ops = 0;
-      for (uint64_t b = 0; b < ycsb_batches; ++b) {
-        const uint64_t base = rng() % ycsb_keys;
-        for (uint64_t i = 0; i < half; ++i) keys[i] = 1 + (base + i * 2654435761ull) % ycsb_keys;
-        for (uint64_t i = half; i < ycsb_batch; ++i) keys[i] = 1 + rng() % ycsb_keys;
-        cudaMemcpy(dk, keys.data(), ycsb_batch * 8, cudaMemcpyHostToDevice);
-        g_run += run(ycsb_batch, dops, Op::kSearch);
-        g_ops += ycsb_batch;
-      }
+      const auto [g_load, g_run] = run_streams([&](uint64_t n) { run(n, nullptr, Op::kInsert); },
+                                               [&] { run(ycsb_batch, dops, Op::kSearch); });
       cudaFree(dops);
       cudaFree(dstatus);
       out["ycsb"]["gphash_load_mops"] = ycsb_keys / g_load / 1e6;
-      out["ycsb"]["gphash_a_mops"] = g_ops / g_run / 1e6;
+      out["ycsb"]["gphash_a_mops"] = ops / g_run / 1e6;
       summary.push_back(fmt::format("gphash (log-free, host-mapped) same streams: LOAD {:.2f} Mops/s, A (50/50) {:.2f} Mops/s",
-                                    ycsb_keys / g_load / 1e6, g_ops / g_run / 1e6));
+                                    ycsb_keys / g_load / 1e6, ops / g_run / 1e6));
     }
     cudaFree(dk);
     cudaFree(dv);

@@ -2,10 +2,8 @@
 // regions, logs and checkpoint groups, log epochs and checkpoint records.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
 #include <functional>
-#include <random>
 
 #include "format/header.h"
 #include "gphash/error.h"
@@ -32,20 +30,7 @@ GpmPool::~GpmPool() = default;
 
 std::unique_ptr<GpmPool> GpmPool::create(const std::string& spec, const pool::CreateOptions& options) {
   auto p = pool::Pool::create(spec, options);
-  format::PoolHeader h{};
-  std::memcpy(h.magic, format::kMagic, sizeof h.magic);
-  h.byte_order = format::kByteOrderMark;
-  h.version_major = format::kFormatMajor;
-  h.version_minor = format::kFormatMinor;
-  std::random_device rd;
-  for (auto& b : h.uuid) b = static_cast<unsigned char>(rd());
-  h.created_unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  h.index_kind = format::kIndexGpm;
-  h.extent_align_log2 = p->header().extent_align_log2;
-  h.pool_used = p->header().pool_used;
-  h.pool_size = p->header().pool_size;
-  h.clean_shutdown = 1;
+  format::PoolHeader h = p->initial_header(format::kIndexGpm);
   p->write_initial_header(h);
   p->publish();
   return std::unique_ptr<GpmPool>(new GpmPool(std::move(p)));

@@ -13,6 +13,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -520,6 +521,24 @@ void Pool::write_header(PoolHeader h) {
   header_ = h;
   current_copy_ = target;
   other_copy_invalid_ = false;
+}
+
+PoolHeader Pool::initial_header(uint32_t index_kind) const {
+  PoolHeader h{};
+  std::memcpy(h.magic, format::kMagic, sizeof h.magic);
+  h.byte_order = format::kByteOrderMark;
+  h.version_major = format::kFormatMajor;
+  h.version_minor = format::kFormatMinor;
+  std::random_device rd;
+  for (auto& b : h.uuid) b = static_cast<unsigned char>(rd());
+  h.created_unix_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  h.index_kind = index_kind;
+  h.extent_align_log2 = header_.extent_align_log2;
+  h.pool_used = header_.pool_used;
+  h.pool_size = header_.pool_size;
+  h.clean_shutdown = 1;
+  return h;
 }
 
 void Pool::write_initial_header(PoolHeader h) {

@@ -109,7 +109,10 @@ class Pool {
   // (once), a clean close sets it with the item count.
   void mark_open_dirty();
   void mark_clean(uint64_t item_count);
-  // For create: writes both copies.
+  // For create: the common part of the first header of a new pool holding `index_kind` (magic,
+  // version, a random uuid, the creation time, the extents allocated so far, clean), for the
+  // index to fill in its section; then write_initial_header writes both copies.
+  format::PoolHeader initial_header(uint32_t index_kind) const;
   void write_initial_header(format::PoolHeader h);
 
   // Appends a zero-filled, mapped extent of `bytes` and records it in h.pool_used / h.pool_size

@@ -97,6 +97,16 @@ def memcached(*args, port=None):
         s.kill()
 
 
+def stats(port, command=b"stats\r\n"):
+    """The STAT lines of a `stats` reply (or of several stats commands) as a dict of strings."""
+    out = {}
+    for line in exchange(port, command).split(b"\r\n"):
+        if line.startswith(b"STAT "):
+            _, k, v = line.split(b" ", 2)
+            out[k.decode()] = v.decode()
+    return out
+
+
 def exchange(port, data, sentinel=True, idle=0.3, timeout=10.0):
     """Sends `data` on a fresh connection and returns every byte the server sends back. With
     `sentinel`, an `mn` request follows and the read ends at its MN (or at EOF); without, it ends

@@ -23,13 +23,7 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what)
 
 
-def stats(port):
-    out = {}
-    for line in h.exchange(port, b"stats\r\n").split(b"\r\n"):
-        if line.startswith(b"STAT "):
-            _, k, v = line.split(b" ", 2)
-            out[k.decode()] = v.decode()
-    return out
+stats = h.stats
 
 
 def usage_errors():

@@ -41,13 +41,7 @@ def check(cond, what):
 
 
 def stats(port):
-    reply = h.exchange(port, b"stats\r\nstats settings\r\n")
-    out = {}
-    for line in reply.split(b"\r\n"):
-        parts = line.split(b" ")
-        if len(parts) == 3 and parts[0] == b"STAT":
-            out[parts[1].decode()] = parts[2].decode()
-    return out
+    return h.stats(port, b"stats\r\nstats settings\r\n")
 
 
 def key(i):

@@ -28,16 +28,6 @@ def check(ok, what):
         failures += 1
 
 
-def stats(port):
-    r = h.exchange(port, b"stats\r\n")
-    out = {}
-    for line in r.split(b"\r\n"):
-        parts = line.split(b" ")
-        if len(parts) == 3 and parts[0] == b"STAT":
-            out[parts[1].decode()] = parts[2].decode()
-    return out
-
-
 def value_for(key, rnd):
     return key + b":" + bytes(rnd.getrandbits(8) for _ in range(rnd.choice((1, 50, 700, 4000))))
 
@@ -66,11 +56,11 @@ def wait_for_snapshot(port, timeout=20.0):
     """Until a snapshot has captured every write so far."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        st = stats(port)
+        st = h.stats(port)
         if int(st.get("gphash_snapshots_taken", "0")) > 0 and st.get("gphash_snapshot_writes_since") == "0":
             return st
         time.sleep(0.1)
-    return stats(port)
+    return h.stats(port)
 
 
 def main():
@@ -111,7 +101,7 @@ def main():
             check(all(late_got[k] == v for k, v in late if k in late_got),
                   f"writes after the snapshot: {len(late_got)} of {len(late)} survived, none torn")
             model.update((k, v) for k, v in late if k in late_got)
-            st = stats(s.port)
+            st = h.stats(s.port)
             check(st["curr_items"] == str(len(model)), f"the store counts {st['curr_items']} items, expected {len(model)}")
             # 2. A clean stop takes a last snapshot.
             clean = [(b"clean%d" % i, value_for(b"clean%d" % i, rnd)) for i in range(300)]

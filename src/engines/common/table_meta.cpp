@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -43,16 +42,8 @@ uint64_t next_pow2(uint64_t x) { return x <= 1 ? 1 : uint64_t{1} << (64 - __buil
 
 void TableMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   check_config(config);
-  PoolHeader h{};
-  std::memcpy(h.magic, format::kMagic, sizeof h.magic);
-  h.byte_order = format::kByteOrderMark;
-  h.version_major = format::kFormatMajor;
-  h.version_minor = format::kFormatMinor;
+  PoolHeader h = pool.initial_header(format::kIndexGphash);
   std::random_device rd;
-  for (auto& b : h.uuid) b = static_cast<unsigned char>(rd());
-  h.created_unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  h.index_kind = format::kIndexGphash;
   if (config.value_checksums) h.incompat_features |= format::kFeatureValueChecksums;
   h.gphash.key_width = config.key_width;
   h.gphash.value_width = config.value_width;
@@ -62,10 +53,6 @@ void TableMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   h.gphash.hash_function = format::kHashXxh64;
   h.gphash.bucket_bytes = format::BucketLayout{config.key_width, config.shape.slots}.bytes();
   h.gphash.hash_seed = config.hash_seed ? *config.hash_seed : (uint64_t{rd()} << 32 | rd());
-  h.extent_align_log2 = pool.header().extent_align_log2;
-  h.pool_used = pool.header().pool_used;
-  h.pool_size = pool.header().pool_size;
-  h.clean_shutdown = 1;
 
   // Smallest bottom level whose L levels hold `capacity` items at 90% load.
   const uint64_t per_bottom_bucket = uint64_t{config.shape.slots} * ((uint64_t{1} << config.shape.levels) - 1);

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -86,20 +85,8 @@ uint64_t build_initial_tree(const Arena& nodes, uint32_t depth) {
 
 void IndexMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   check_config(config);
-  PoolHeader h{};
-  std::memcpy(h.magic, format::kMagic, sizeof h.magic);
-  h.byte_order = format::kByteOrderMark;
-  h.version_major = format::kFormatMajor;
-  h.version_minor = format::kFormatMinor;
+  PoolHeader h = pool.initial_header(format::kIndexHmeh);
   std::random_device rd;
-  for (auto& b : h.uuid) b = static_cast<unsigned char>(rd());
-  h.created_unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-  h.index_kind = format::kIndexHmeh;
-  h.extent_align_log2 = pool.header().extent_align_log2;
-  h.pool_used = pool.header().pool_used;
-  h.pool_size = pool.header().pool_size;
-  h.clean_shutdown = 1;
 
   format::HmehMeta& m = h.hmeh;
   m.key_width = config.key_width;
