@@ -234,7 +234,10 @@ TEST(SnapshotKill, KilledAtEveryNamedPointTheFileRestoresToABatchBoundary) {
       TempDir dir("point");
       const std::string file = dir.file("pool.snap");
       const std::string what = fmt::format("{}:{}", p.name, hit);
-      Child child({"run", pool.path(), file, std::to_string(kSeed), std::to_string(kEveryBatches), "40"},
+      // 400 batches: an append needs an automatic snapshot to complete while batches still run;
+      // with 40, on the 2-core VM half the children ended before the first one (fsync) finished,
+      // and the only snapshot was close()'s full image (after_superblock_write never reached).
+      Child child({"run", pool.path(), file, std::to_string(kSeed), std::to_string(kEveryBatches), "400"},
                   "GPHASH_CRASH_AT=" + what);
       const int status = child.wait();
       const Report r = parse(child);
