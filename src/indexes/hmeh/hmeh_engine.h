@@ -731,38 +731,43 @@ class HmehEngine final : public Index {
     return fh::key_hash<kKeyWords>(key, seed_);
   }
 
-  std::optional<uint64_t> take_segment() {
+  // An id from `ids`, growing its arena by one chunk (`grow`, which publishes the new ids) when
+  // none is free; nullopt when the arena cannot grow.
+  //
+  // Grow only if no other thread grew the arena since this one found no id: with many threads
+  // splitting, several run out of ids at once and queue on meta_mutex_, and each one growing in
+  // turn doubled the arena once per thread (a chunk is as large as the arena before it), so a
+  // 16-thread load multiplied the segment arena by up to 2^16 and the pool ran past 64 GB. The
+  // capacity is read before take(): read after, another thread's growth could slip in between.
+  template <class Grow>
+  std::optional<uint64_t> take_id(IdPool& ids, Grow&& grow) {
     for (;;) {
-      if (auto id = segment_ids_.take()) return id;
+      const uint64_t seen = ids.capacity();
+      if (auto id = ids.take()) return id;
       std::lock_guard lock(meta_mutex_);
-      if (segment_ids_.capacity() < meta_.segments().capacity()) continue;  // another thread grew it
+      if (ids.capacity() != seen) continue;  // another thread grew it: take from the new chunk
       try {
-        meta_.grow_segments();
+        grow();
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kNoSpace) throw;
         return std::nullopt;
       }
-      add_handle_chunk(meta_.segments().chunks() - 1);
-      segment_ids_.set_capacity(meta_.segments().capacity());
     }
   }
 
+  std::optional<uint64_t> take_segment() {
+    return take_id(segment_ids_, [&] {
+      meta_.grow_segments();
+      add_handle_chunk(meta_.segments().chunks() - 1);  // handles exist before their ids are handed out
+      segment_ids_.set_capacity(meta_.segments().capacity());
+    });
+  }
+
   std::optional<uint64_t> take_node() {
-    for (;;) {
-      if (auto id = node_ids_.take()) return id;
-      std::lock_guard lock(meta_mutex_);
-      if (node_ids_.capacity() < meta_.nodes().capacity()) {
-        node_ids_.set_capacity(meta_.nodes().capacity());
-        continue;
-      }
-      try {
-        meta_.grow_nodes();
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kNoSpace) throw;
-        return std::nullopt;
-      }
+    return take_id(node_ids_, [&] {
+      meta_.grow_nodes();
       node_ids_.set_capacity(meta_.nodes().capacity());
-    }
+    });
   }
 
   // Writes and persists a new radix node.
