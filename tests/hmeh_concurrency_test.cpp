@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
 #include "gphash/table.h"
 #include "indexes/hmeh/hmeh.h"
@@ -127,6 +128,82 @@ TEST_P(HmehConcurrency, ThreadsSharingSegmentsThroughSplitsMatchTheSequentialMod
     });
   for (std::thread& t : readers) t.join();
   for (uint64_t w : wrong) EXPECT_EQ(w, 0u);
+  engine->close();
+}
+
+// Many more threads than cores loading a tiny table: splits run side by side and run out of
+// segment ids together, so several threads reach the arena's growth at once. The arena must grow
+// once for them, not once each: a chunk is as large as the whole arena before it, so k threads
+// growing in turn multiplied it by 2^k (16 threads loading 16 M keys went past 64 GB). The segment
+// arena is bounded exactly: every id taken is a live segment or one a split retired (reused only
+// between batches), so before any growth the arena held at most live + splits ids, and one growth
+// doubles it. The pool is capped so that a regression fails here rather than filling memory.
+TEST(HmehConcurrencyGrowth, ManyThreadsSplittingATinyTableGrowTheArenaOnce) {
+  TempPool pool("hmeh-growth");
+  TableConfig config;
+  config.key_width = 8;
+  config.value_width = 8;
+  config.capacity = 16;
+  config.hash_seed = 11;
+  config.index = IndexKind::kHmeh;
+  config.hmeh.segment_bytes = 4096;  // many splits and arena growths
+  Table::create(pool.path(), config).close();
+  pool::OpenOptions open;
+  open.max_size = uint64_t{1} << 30;
+  auto p = pool::Pool::open(pool.path(), open);
+  hmeh::EngineOptions options;
+  options.threads = 32;  // 16 times this machine's cores
+  auto engine = hmeh::open_engine(*p, options);
+
+  const size_t n = 400000, batch = 100000;
+  std::mt19937_64 rng(17);
+  std::vector<uint64_t> keys;
+  {
+    std::unordered_set<uint64_t> seen;
+    while (keys.size() < n) {
+      const uint64_t k = rng() & ~(uint64_t{1} << 63);  // no reserved 8-byte key
+      if (seen.insert(k).second) keys.push_back(k);
+    }
+  }
+  auto value_of = [](uint64_t k) { return k * 0x9E3779B97F4A7C15ull + 1; };
+  std::vector<uint64_t> values(n), out(n);
+  for (size_t i = 0; i < n; ++i) values[i] = value_of(keys[i]);
+  std::vector<OpStatus> status(n);
+  auto run = [&](Op op, size_t first, size_t count) {
+    Batch b;
+    b.size = count;
+    b.key_width = 8;
+    b.value_width = 8;
+    b.op = op;
+    b.keys = keys.data() + first;
+    b.values = values.data() + first;
+    b.values_out = out.data() + first;
+    b.status = status.data() + first;
+    engine->execute(b);
+  };
+  for (size_t first = 0; first < n; first += batch) {
+    run(Op::kInsert, first, std::min(batch, n - first));
+    for (size_t i = first; i < std::min(n, first + batch); ++i)
+      ASSERT_EQ(status[i], OpStatus::kOk)
+          << "insert " << i << ": " << to_string(status[i]) << " (pool " << p->file_size() << " bytes)";
+  }
+  EXPECT_EQ(engine->item_count(), n);
+
+  const hmeh::HmehStats stats = engine->hmeh_stats();
+  const format::HmehMeta& m = p->header().hmeh;
+  const uint64_t arena = m.segment_first_chunk * ((uint64_t{1} << m.segment_chunk_count) - 1);
+  const uint64_t bound = std::max<uint64_t>(m.segment_first_chunk, 2 * (stats.segments + stats.splits));
+  EXPECT_LE(arena, bound) << stats.segments << " live segments, " << stats.splits << " splits, "
+                          << m.segment_chunk_count << " chunks";
+  // And the pool as a whole: 400 K items of 16 bytes need a few MiB; the arena at its bound ~40.
+  EXPECT_LE(p->file_size(), uint64_t{128} << 20);
+
+  run(Op::kSearch, 0, n);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += status[i] != OpStatus::kOk || out[i] != values[i];
+  EXPECT_EQ(wrong, 0u);
+  const engine::CheckReport check = hmeh::check_index(*p, 2, engine->item_count());
+  EXPECT_TRUE(check.ok) << check.violation;
   engine->close();
 }
 
