@@ -7,6 +7,7 @@
 //   mapped    host-mapped placement, 32-byte keys, 128-byte values: each operation against the
 //             measured ceiling of the host accesses it makes
 //   kernels   YCSB LOAD and A with warp-cooperative, warp-direct and one-thread-per-op kernels
+//   cache     BktCache: YCSB LOAD, C, B, A on a host-mapped table, by cache size and policy (opt in)
 //   resize    resize time against table size
 //   recovery  recovery time against pool size, GPU and CPU engine
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -311,6 +313,76 @@ json section_kernels(uint64_t records, size_t batch, uint32_t kw, uint32_t vw) {
   return {{"records", records}, {"key_width", kw}, {"value_width", vw}, {"batch", batch}, {"variants", out}};
 }
 
+// ---- cache: BktCache on a host-mapped table, YCSB ------------------------------------------
+// One pool per value width, loaded from a small table (resizes included), then reopened with each
+// cache configuration for YCSB C, B and A: Zipf 0.99 (YCSB's scrambled form) at two batch sizes,
+// uniform at the larger. Rates over device time and end to end (the Table::execute calls), the
+// hit rate (operations on existing keys served from a cached bucket) and the cache's GPU memory.
+struct CacheConfig {
+  const char* name;
+  CachePolicy policy;
+  double fraction;
+  bool values;
+};
+
+json section_cache(uint64_t records, const std::vector<uint32_t>& value_widths, const std::vector<size_t>& batches) {
+  const CacheConfig configs[] = {{"off", CachePolicy::kOff, 0.2, true},         {"lfu-10%", CachePolicy::kLfu, 0.1, true},
+                                 {"lfu-20%", CachePolicy::kLfu, 0.2, true},     {"lfu-40%", CachePolicy::kLfu, 0.4, true},
+                                 {"lru-20%", CachePolicy::kLru, 0.2, true},     {"random-20%", CachePolicy::kRandom, 0.2, true},
+                                 {"paper lfu-20%", CachePolicy::kLfu, 0.2, false}};
+  json rows = json::array();
+  const std::string pool = "/dev/shm/gphash-bench-cache";
+  auto options = [](const CacheConfig& c) {
+    OpenOptions o = gpu_options(Placement::kHostMapped);
+    o.cache.policy = c.policy;
+    o.cache.fraction = c.fraction;
+    o.cache.values = c.values;
+    return o;
+  };
+  auto row = [&](const char* config, uint32_t vw, size_t batch, const char* dist, const cli::RunResult& r) {
+    say(fmt::format("cache: v{:<4} {:<14} batch 2^{:<2} {:<8} {:<5} {:>7.1f} M/s device {:>7.1f} M/s end to end  "
+                    "hit {:>5.1f}%  GPU {:>6.0f} MB  not found {} bad {}",
+                    vw, config, std::countr_zero(batch), dist, r.workload, r.device_ops_per_second() / 1e6,
+                    r.ops_per_second() / 1e6, r.cache_hit_rate < 0 ? 0 : 100 * r.cache_hit_rate, r.cache_gpu_bytes / 1e6,
+                    r.not_found, r.bad_values));
+    rows.push_back({{"config", config}, {"value_width", vw}, {"batch", batch}, {"distribution", dist},
+                    {"workload", r.workload}, {"device_mops", r.device_ops_per_second() / 1e6},
+                    {"end_to_end_mops", r.ops_per_second() / 1e6}, {"hit_rate", r.cache_hit_rate},
+                    {"cache_gpu_bytes", r.cache_gpu_bytes}, {"resizes", r.resizes}, {"not_found", r.not_found},
+                    {"bad_values", r.bad_values}});
+  };
+  for (uint32_t vw : value_widths) {
+    // LOAD from a small table (8 resizes), with and without the cache.
+    for (const CacheConfig& c : {configs[0], configs[2]}) {
+      OpenOptions o = options(c);
+      o.replace = true;
+      Table t = Table::create(pool, {32, vw, {2, 2, 8}, records / 200, 3}, o);
+      cli::RunOptions ro;
+      ro.batch_size = batches.back();
+      row(c.name, vw, ro.batch_size, "-", cli::run_workload(t, {workload::Workload::Load, records, 0, std::nullopt, 0.99, 1}, ro));
+    }
+    for (size_t batch : batches)
+      for (const CacheConfig& c : configs) {
+        const bool main_batch = batch == batches.back();
+        if (!main_batch && c.policy != CachePolicy::kOff && std::string(c.name) != "lfu-20%") continue;
+        if (vw != value_widths.front() && !(c.policy == CachePolicy::kOff || std::string(c.name) == "lfu-20%")) continue;
+        for (auto dist : {workload::KeyDistribution::Zipfian, workload::KeyDistribution::Uniform}) {
+          const bool zipf = dist == workload::KeyDistribution::Zipfian;
+          if (!zipf && (!main_batch || !(c.policy == CachePolicy::kOff || std::string(c.name) == "lfu-20%"))) continue;
+          Table t = Table::open(pool, options(c));
+          cli::RunOptions ro;
+          ro.batch_size = batch;
+          uint64_t seed = 10;
+          for (auto w : {workload::Workload::C, workload::Workload::B, workload::Workload::A})
+            row(c.name, vw, batch, zipf ? "zipf0.99" : "uniform",
+                cli::run_workload(t, {w, records, records, dist, 0.99, seed++}, ro));
+        }
+      }
+    std::remove(pool.c_str());
+  }
+  return {{"records", records}, {"key_width", 32}, {"rows", rows}};
+}
+
 // ---- resize: time against table size -----------------------------------------------------
 json section_resize(uint64_t items, size_t batch, Placement placement) {
   Table t = Table::create("mem:", {8, 8, {2, 2, 8}, 1 << 16, 8}, gpu_options(placement));
@@ -404,7 +476,11 @@ int main(int argc, char** argv) {
   size_t batch = size_t{1} << 24, ycsb_batch = size_t{1} << 20;
   uint32_t ycsb_key = 32, ycsb_value = 32;
   std::vector<uint64_t> recovery_sizes = {1'000'000, 16'000'000, 64'000'000};
+  std::vector<uint32_t> cache_values = {32, 128};
+  std::vector<size_t> cache_batches = {size_t{1} << 16, size_t{1} << 20};
   bool quick = false;
+  app.add_option("--cache-value-widths", cache_values)->capture_default_str();
+  app.add_option("--cache-batches", cache_batches)->capture_default_str();
   app.add_option("--sections", sections, "Comma-separated sections")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON here");
   app.add_option("--hbm-bottom-level", hbm_bottom, "hbm: bottom level (22 = 100M slots, 1.6 GB)")->capture_default_str();
@@ -442,6 +518,7 @@ int main(int argc, char** argv) {
     if (has("hbm")) results["hbm"] = section_hbm(hbm_bottom, batch);
     if (has("mapped")) results["mapped"] = section_mapped(mapped_items, batch);
     if (has("kernels")) results["kernels"] = section_kernels(ycsb_records, ycsb_batch, ycsb_key, ycsb_value);
+    if (has("cache")) results["cache"] = section_cache(ycsb_records, cache_values, cache_batches);
     if (has("resize")) {
       results["resize_gpu_memory"] = section_resize(resize_items, batch, gphash::Placement::kGpuMemory);
       results["resize_mapped"] = section_resize(resize_items / 4, batch, gphash::Placement::kHostMapped);

@@ -347,18 +347,19 @@ TEST(ValueChecksums, GpuReadsVerifyAndExportsLeaveDamagedValuesOut) {
     expect_present(t, key_range(1, 2000));
   }
   EXPECT_TRUE(Table::check_pool(pool.path()).ok) << "the GPU wrote checksums the CPU checker does not accept";
-  // Damage the value of key 1 (found through the CPU engine's export: its cell is the first one
-  // holding its value).
+  // Damage the value of key 1: every cell holding its bytes (an insert whose slot claim was lost
+  // to another warp leaves a copy in a cell it released, which may come first in the file).
   uint64_t damaged = 0;
   {
     const std::string want = value_for(1, 40);
     std::fstream f(pool.path(), std::ios::in | std::ios::out | std::ios::binary);
     std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const size_t at = file.find(want);
-    ASSERT_NE(at, std::string::npos);
-    f.seekp(static_cast<std::streamoff>(at + 3));
-    f.put(static_cast<char>(file[at + 3] ^ 0x40));
-    damaged = 1;
+    for (size_t at = file.find(want); at != std::string::npos; at = file.find(want, at + 1)) {
+      f.seekp(static_cast<std::streamoff>(at + 3));
+      f.put(static_cast<char>(file[at + 3] ^ 0x40));
+      damaged = 1;
+    }
+    ASSERT_EQ(damaged, 1u);
   }
   Table t = Table::open(pool.path(), gpu());
   std::string out;

@@ -39,8 +39,20 @@ TEST_P(GpuPropertyTest, MatchesSequentialModelAcrossResizesAndReopens) {
   run_property_case(GetParam());
 }
 
+// BktCache loading every few hundred operations, so phases start and switch within the rounds.
+OpenOptions gpu_cached(CachePolicy policy, uint64_t reload) {
+  OpenOptions o = gpu();
+  o.cache.policy = policy;
+  o.cache.fraction = 0.5;
+  o.cache.reload_operations = reload;
+  return o;
+}
+
 INSTANTIATE_TEST_SUITE_P(AllConfigurations, GpuPropertyTest,
                          ::testing::ValuesIn(cases_for({{gpu(), "mapped"},
+                                                        {gpu_cached(CachePolicy::kLfu, 512), "cached_lfu"},
+                                                        {gpu_cached(CachePolicy::kLru, 300), "cached_lru"},
+                                                        {gpu_cached(CachePolicy::kRandom, 1000), "cached_random"},
                                                         {gpu(Placement::kGpuMemory), "gpumem"},
                                                         {gpu(Placement::kHostMapped, GpuKernels::kWarpDirect), "direct"},
                                                         {gpu(Placement::kHostMapped, GpuKernels::kThread), "thread"}})),

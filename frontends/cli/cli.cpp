@@ -43,6 +43,13 @@ OpenOptions options_of(const EngineFlags& f) {
   o.pool_file_mode = f.mode;
   o.snapshots = f.snapshots;
   o.shards = shard_list(f.shards, f.devices);
+  o.cache.policy = f.cache == "off"      ? CachePolicy::kOff
+                   : f.cache == "lru"    ? CachePolicy::kLru
+                   : f.cache == "random" ? CachePolicy::kRandom
+                                         : CachePolicy::kLfu;
+  o.cache.fraction = f.cache_fraction;
+  o.cache.gpu_bytes = f.cache_bytes;
+  o.cache.reload_operations = f.cache_reload;
   return o;
 }
 
@@ -127,7 +134,9 @@ nlohmann::json to_json(const RunResult& r) {
           {"failed_writes", r.failed_writes},
           {"items_after", r.items_after},
           {"load_factor_after", r.load_factor_after},
-          {"resizes", r.resizes}};
+          {"resizes", r.resizes},
+          {"cache_hit_rate", r.cache_hit_rate >= 0 ? nlohmann::json(r.cache_hit_rate) : nlohmann::json()},
+          {"cache_gpu_bytes", r.cache_gpu_bytes}};
 }
 
 void print_info(const TableInfo& i) {
@@ -175,6 +184,10 @@ void print_results(const std::vector<RunResult>& results) {
                si(r.ops_per_second()), device ? fmt::format("{:>15}", si(r.device_ops_per_second())) : "",
                1e3 * r.batch_percentile(0.5), 1e3 * r.batch_percentile(0.99), r.not_found, r.load_factor_after,
                r.resizes);
+  for (const RunResult& r : results)
+    if (r.cache_hit_rate >= 0)
+      fmt::print("{:<9}BktCache hit rate {:.1f}% ({} of GPU memory)\n", r.workload, 100 * r.cache_hit_rate,
+                 bytes(r.cache_gpu_bytes));
   for (const RunResult& r : results)
     if (r.bad_values || r.failed_writes)
       fmt::print("warning: {}: {} values failed their self-check, {} writes failed\n", r.workload, r.bad_values,
@@ -410,6 +423,13 @@ void Cli::add_engine(CLI::App* app) {
   options_.choice(app, "--placement", eng_.placement, {"mapped", "gpu-memory"},
                   "GPU engine: mapped (the pool, persistent) or gpu-memory (a volatile copy)");
   options_.number(app, "--threads", eng_.threads, 0, kMaxThreads, "CPU engine threads (0 = all)");
+  options_.choice(app, "--cache", eng_.cache, {"lfu", "lru", "random", "off"},
+                  "GPU engine, mapped: BktCache policy (hot buckets and their values in GPU memory)");
+  options_.real(app, "--cache-fraction", eng_.cache_fraction, 0, 1, "BktCache: share of the table's buckets cached (default 0.2)");
+  options_.number(app, "--cache-bytes", eng_.cache_bytes, 0, kMaxPoolBytes,
+                  "BktCache: GPU memory budget for the whole cache (0 = none)");
+  options_.number(app, "--cache-reload", eng_.cache_reload, 1, uint64_t{1} << 40,
+                  "BktCache: operations between loading phases (default 2097152)");
   options_.number(app, "--max-pool-bytes", eng_.max_pool_bytes, 0, kMaxPoolBytes, "Limit the pool's size (0 = no limit)");
   options_.file_mode(app, "--mode", eng_.mode, "Permissions of a pool file this command creates (default 0600)");
   add_snapshot_options(app, options_, eng_.snapshots);

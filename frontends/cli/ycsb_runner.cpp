@@ -24,7 +24,7 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
   RunResult r;
   r.workload = std::string(workload::name(spec.workload));
   r.distribution = spec.workload == workload::Workload::Load ? "-" : std::string(workload::name(gen.distribution()));
-  const uint64_t resizes_before = table.info().resizes;
+  const TableInfo before = table.info();
 
   std::vector<workload::Op> wops(options.batch_size);
   // A read-modify-write becomes two table operations, so a batch holds up to twice as many.
@@ -91,7 +91,12 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
   TableInfo info = table.info();
   r.items_after = info.items;
   r.load_factor_after = info.load_factor;
-  r.resizes = info.resizes - resizes_before;
+  r.resizes = info.resizes - before.resizes;
+  if (info.cache_gpu_bytes) {
+    const uint64_t lookups = info.cache_lookups - before.cache_lookups;
+    r.cache_hit_rate = lookups ? static_cast<double>(info.cache_hits - before.cache_hits) / static_cast<double>(lookups) : 0;
+    r.cache_gpu_bytes = info.cache_gpu_bytes;
+  }
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - wall0).count();
   return r;
 }

@@ -33,6 +33,10 @@ struct RunResult {
   uint64_t items_after = 0;
   double load_factor_after = 0;
   uint64_t resizes = 0;
+  // GPU engine with BktCache: operations on existing keys served from a cached bucket, of all of
+  // them, during this run (-1: no cache); the GPU memory the cache held at the end.
+  double cache_hit_rate = -1;
+  uint64_t cache_gpu_bytes = 0;
 
   double ops_per_second() const { return seconds > 0 ? static_cast<double>(operations) / seconds : 0; }
   double device_ops_per_second() const {

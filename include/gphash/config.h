@@ -74,6 +74,20 @@ enum class GpuKernels {
   kThread,      // one thread per operation, candidates read from the table (the naive port)
 };
 
+// BktCache (GPHash section 3.4): GPU-memory copies of the hot buckets of a host-mapped table (GPU
+// engine, warp kernels), with their heap values, chosen in periodic loading phases from sampled
+// access statistics. The pool stays the one truth: writes go to it first, then to the copy.
+enum class CachePolicy { kOff, kLfu, kLru, kRandom };
+struct CacheOptions {
+  CachePolicy policy = CachePolicy::kLfu;
+  double fraction = 0.2;                      // of the table's buckets
+  uint64_t gpu_bytes = 0;                     // a budget for all of the cache's GPU memory (0: none)
+  uint64_t reload_operations = uint64_t{1} << 21;  // operations between loading phases
+  // Also cache the heap values of cached buckets (beyond the paper, whose hits still read a heap
+  // value from host memory): a hit on a hot key then touches no host memory.
+  bool values = true;
+};
+
 struct OpenOptions {
   EngineKind engine = EngineKind::kCpu;
   Placement placement = Placement::kHostMapped;
@@ -101,6 +115,7 @@ struct OpenOptions {
   // `threads` among the shards. Empty: one pool. The count is fixed at create: open with as many
   // entries (the GPUs may differ). Batches must be in host memory; device sessions need one table.
   std::vector<int> shards;
+  CacheOptions cache;
 };
 
 }  // namespace gphash

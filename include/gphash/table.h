@@ -54,6 +54,11 @@ struct TableInfo {
   double last_plan_seconds = 0, last_kernel_seconds = 0, last_slow_seconds = 0;
   double open_map_seconds = 0;  // GPU engine: registering the pool's memory with CUDA at open
   double recovery_seconds = 0;  // the recovery steps of the last open (0 if the pool was clean)
+  // GPU engine, BktCache (OpenOptions::cache): buckets cached in GPU memory now, the GPU memory the
+  // cache holds, and since open: operations on existing keys, those served from a cached bucket,
+  // loading phases completed.
+  uint64_t cache_lines = 0, cache_gpu_bytes = 0, cache_lookups = 0, cache_hits = 0, cache_phases = 0;
+  double cache_hit_rate() const { return cache_lookups ? static_cast<double>(cache_hits) / static_cast<double>(cache_lookups) : 0; }
   // From the header (also filled by inspect()).
   bool clean_shutdown = true;
   bool in_use = false;    // inspect(): another open holds the pool for writing right now

@@ -31,6 +31,9 @@ struct EngineStats {
   // The live table's geometry (a GPU-memory table can be ahead of its pool until saved).
   uint64_t slots = 0;
   uint32_t bottom_level = 0;
+  // GPU engine, BktCache: lines cached now, the GPU memory the cache holds, operations on existing
+  // keys served from a cached bucket out of all of them, loading phases completed.
+  uint64_t cache_lines = 0, cache_gpu_bytes = 0, cache_hits = 0, cache_lookups = 0, cache_phases = 0;
 };
 
 // Where an export writes one chunk of items (Table::export_items).

@@ -358,6 +358,11 @@ TableInfo ShardSet::info() {
     i.last_slow_seconds = std::max(i.last_slow_seconds, s.last_slow_seconds);
     i.open_map_seconds = std::max(i.open_map_seconds, s.open_map_seconds);
     i.recovery_seconds = std::max(i.recovery_seconds, s.recovery_seconds);
+    i.cache_lines += s.cache_lines;
+    i.cache_gpu_bytes += s.cache_gpu_bytes;
+    i.cache_lookups += s.cache_lookups;
+    i.cache_hits += s.cache_hits;
+    i.cache_phases += s.cache_phases;
     i.clean_shutdown &= s.clean_shutdown;
     i.in_use |= s.in_use;
     i.resizing |= s.resizing;

@@ -518,6 +518,11 @@ TableInfo Table::info() const {
   i.last_slow_seconds = s.last_slow_seconds;
   i.open_map_seconds = s.open_map_seconds;
   i.recovery_seconds = s.recovery_seconds;
+  i.cache_lines = s.cache_lines;
+  i.cache_gpu_bytes = s.cache_gpu_bytes;
+  i.cache_lookups = s.cache_lookups;
+  i.cache_hits = s.cache_hits;
+  i.cache_phases = s.cache_phases;
   set_writes(i, pool.header(), snapshot::pool_writes(pool));
   i.snapshot_path = impl_->options.snapshots.path;
   std::lock_guard status(impl_->snapshot_status);

@@ -79,6 +79,9 @@ struct Args {
   uint64_t seed = 1;
   uint64_t first_batch = 0;
   int64_t max_batches = -1;  // -1: forever
+  // GPU engine: BktCache loads every this many operations. Small, so that crash workloads kill and
+  // trap the engine while loading phases are in flight and hits are served from cached lines.
+  uint64_t cache_reload = 256;
   WorkloadParams params;
 };
 
@@ -87,6 +90,8 @@ int run(const Args& a, ReportWriter& out) {
   OpenOptions options;
   options.engine = a.engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
   options.threads = a.threads;
+  options.cache.reload_operations = a.cache_reload;
+  options.cache.fraction = 0.5;
   out.opening();
   Table table = [&] {
     if (!a.create) return Table::open(a.pool, options);
@@ -143,6 +148,7 @@ int main(int argc, char** argv) {
   app.add_option("--segment-bytes", a.segment_bytes, "segment size of a created HMEH pool");
   app.add_option("--engine", a.engine, "engine")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--threads", a.threads, "CPU engine threads (1: deterministic store order)");
+  app.add_option("--cache-reload", a.cache_reload, "GPU engine: operations between BktCache loading phases");
   app.add_option("--seed", a.seed, "workload seed (also the hash seed of a created pool)");
   app.add_option("--first-batch", a.first_batch, "number of the first batch (versions are unique per batch number)");
   app.add_option("--max-batches", a.max_batches, "stop after this many batches, close and report DONE");

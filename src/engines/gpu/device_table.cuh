@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engines/gpu/bucket_cache_view.cuh"
 #include "format/cell.h"
 #include "format/hash.h"
 #include "format/header.h"
@@ -76,6 +77,7 @@ struct PoolWrites {
   uint32_t* dirty_bits;
   uint64_t dirty_page_limit;
   uintptr_t pool_base;
+  BucketCacheView cache;  // BktCache: stores into cached buckets also go to their GPU-memory copy
 #if GPHASH_CRASH_POINTS
   CrashCountdown* countdown;
 #endif
@@ -104,6 +106,7 @@ struct PoolWrites {
     count();
     *reinterpret_cast<volatile uint64_t*>(p) = v;
     mark(p, 8);
+    if (cache.on) cache.mirror_word(p, v);
   }
   // EMPTY -> INSERTING by CAS (claims in the pool itself, where no tag mirror holds them).
   __device__ __forceinline__ bool claim(uint64_t* state) const {
@@ -111,6 +114,7 @@ struct PoolWrites {
     const bool won = atomicCAS(reinterpret_cast<unsigned long long*>(state), format::kSlotEmpty,
                                format::kSlotInserting) == format::kSlotEmpty;
     if (won) mark(state, 8);
+    if (won && cache.on) cache.mirror_word(state, format::kSlotInserting);
     return won;
   }
   // One lane copies n bytes into the pool.
@@ -118,6 +122,7 @@ struct PoolWrites {
     count();
     lane_copy(dst, src, n);
     mark(dst, n);
+    if (cache.on) cache.mirror_bytes(dst, src, n);
   }
   // The persist barrier: stores before it reach the persistence domain before stores after it
   // (libGPM's primitive, include/gpm/persist.cuh; a device-scope fence for a table in GPU memory).

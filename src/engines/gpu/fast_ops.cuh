@@ -127,13 +127,15 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   uint32_t f_level = 0;
   uint64_t f_bucket = 0, f_value = 0;
   int f_slot = 0, matches = 0;
+  std::byte* f_line = nullptr;  // the found bucket's BktCache line, if it is cached
   if (simple >> lane & 1) {
     uint64_t best_rank = ~0ull;
     for (uint32_t c = my_candidates; c; c &= c - 1) {
       const format::CandidatePosition cp = format::candidate_position(__ffs(c) - 1, T::L, T::S);
       const uint32_t clevel = t.bottom + cp.d;
       const uint64_t cb = format::bucket_at(pick(mine.hash, cp.j), clevel);
-      std::byte* bucket = t.bucket(clevel, cb);
+      std::byte* line = t.writes.cache.cached(clevel, cb);
+      std::byte* bucket = line ? line : t.bucket(clevel, cb);
       bool match;
       if constexpr (T::Layout::kKeyIsState) {
         match = A == Access::kDirect || load_volatile(T::state_word(bucket, cp.slot)) == mine.published;
@@ -141,22 +143,29 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
         const uint64_t* k = T::key_words(bucket, cp.slot);
         match = true;
 #pragma unroll
-        for (int w = 0; w < T::kKeyWords; ++w) match &= k[w] == mine.key[w];
+        for (int w = 0; w < T::kKeyWords; ++w) match &= (line ? __ldcg(k + w) : k[w]) == mine.key[w];
       }
       if (!match) continue;
       ++matches;
       const uint64_t rank = format::copy_rank(clevel, cb, cp.slot);
-      if (rank < best_rank) best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cp.slot;
+      if (rank < best_rank) best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cp.slot, f_line = line;
     }
     found = matches > 0;
     if (matches > 1) defer = true;  // duplicates: the serial path removes them
-    if (found && !defer) f_value = load_volatile(T::value_word(t.bucket(f_level, f_bucket), f_slot));
+    if (found && !defer) f_value = load_volatile(T::value_word(f_line ? f_line : t.bucket(f_level, f_bucket), f_slot));
+    if (found && !defer) t.writes.cache.record(pos, f_level, f_bucket);
     if (!defer) {
       if (op == Op::kSearch || (found && op == Op::kInsert) || (!found && (op == Op::kUpdate || op == Op::kErase)))
         bv.status[i] = static_cast<uint8_t>(status_of(op, found));
       else if (!found && my_target < 0)
         defer = true;  // no free slot: the serial path hands it to the slow path
     }
+  }
+  if (t.writes.cache.counters) {  // BktCache's hit rate: one atomic per warp, not per lane
+    const uint32_t looked = __ballot_sync(kFullMask, (simple >> lane & 1) && found && !defer);
+    const uint32_t hit = __ballot_sync(kFullMask, (simple >> lane & 1) && found && !defer && f_line);
+    if (lane == 0 && looked) atomicAdd(&t.writes.cache.counters->lookups, static_cast<unsigned long long>(__popc(looked)));
+    if (lane == 0 && hit) atomicAdd(&t.writes.cache.counters->hits, static_cast<unsigned long long>(__popc(hit)));
   }
   const bool writes_new = (simple >> lane & 1) && !defer && !found && (op == Op::kInsert || op == Op::kUpsert);
   const bool writes_value = (simple >> lane & 1) && !defer && found && (op == Op::kUpdate || op == Op::kUpsert);
@@ -198,10 +207,15 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       for (int w = 0; w < T::kKeyWords; ++w) t.writes.store(k + w, mine.key[w]);
     }
     t.writes.store(T::value_word(tb, t_slot), word);
+    if (t.has_heap) t.writes.cache.put_value(tb, t_slot, word, bv.value(i), bv.value_width);
+    t.writes.cache.record(pos, t_level, my_target_bucket);
   }
   // Updates and erases of found copies.
   std::byte* fb = (writes_value || erases) && !defer ? t.bucket(f_level, f_bucket) : nullptr;
-  if (writes_value && !defer) t.writes.store(T::value_word(fb, f_slot), word);
+  if (writes_value && !defer) {
+    t.writes.store(T::value_word(fb, f_slot), word);
+    if (t.has_heap) t.writes.cache.put_value(fb, f_slot, word, bv.value(i), bv.value_width);
+  }
   if (erases) t.writes.store(T::state_word(fb, f_slot), format::kSlotEmpty);
   t.writes.barrier();
   if (claimed) t.writes.store(T::state_word(tb, t_slot), mine.published);
@@ -228,11 +242,16 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     write_inline_value(bv.out(i), f_value, bv.value_width);
   if (t.has_heap) {
     const bool copies = (simple >> lane & 1) && op == Op::kSearch && found && !defer && bv.out(i);
-    warp_copy_lanes(__ballot_sync(kFullMask, copies), copies ? t.cell(f_value) : nullptr, copies ? bv.out(i) : nullptr,
-                    bv.value_width, lane, nullptr);
+    // A hot value cached with its bucket (verified when it was loaded, or written from its source).
+    const std::byte* cached_value =
+        copies && f_line && t.writes.cache.value_bytes && __ldcg(&t.writes.cache.value_refs(f_line)[f_slot]) == f_value
+            ? t.writes.cache.value_bytes_of(f_line, f_slot)
+            : nullptr;
+    warp_copy_lanes(__ballot_sync(kFullMask, copies), copies ? (cached_value ? cached_value : t.cell(f_value)) : nullptr,
+                    copies ? bv.out(i) : nullptr, bv.value_width, lane, nullptr);
     if (t.value_checksums) {
       __syncwarp();
-      if (copies && !value_verifies(t, f_value, bv.out(i), mine.hash[0]))
+      if (copies && !cached_value && !value_verifies(t, f_value, bv.out(i), mine.hash[0]))
         bv.status[i] = static_cast<uint8_t>(OpStatus::kCorruptValue);
     }
   }

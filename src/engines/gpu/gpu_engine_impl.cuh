@@ -37,6 +37,7 @@
 #include "engines/common/move_record.h"
 #include "engines/common/table_meta.h"
 #include "engines/engine.h"
+#include "engines/gpu/bucket_cache.cuh"
 #include "engines/gpu/cuda_util.h"
 #include "engines/gpu/kernels.cuh"
 #include "gpm/pool_mapping.h"
@@ -87,7 +88,8 @@ class GpuEngine final : public Engine {
  public:
   GpuEngine(pool::Pool& pool, const OpenOptions& options)
       : pool_(pool), meta_(pool), options_(options), gpu_memory_(options.placement == Placement::kGpuMemory),
-        mapping_(pool), counters_(1), scan_(1) {
+        mapping_(pool), counters_(1), scan_(1),
+        cache_(options.cache, options.placement == Placement::kHostMapped && options.gpu_kernels == GpuKernels::kWarp) {
     const auto t0 = std::chrono::steady_clock::now();
     if (pool.kind() == pool::PoolKind::kFile)
       throw Error(ErrorCode::kNotMappable,
@@ -166,6 +168,7 @@ class GpuEngine final : public Engine {
     EngineStats s = stats_;
     s.slots = slot_capacity();
     s.bottom_level = dt_.bottom;
+    cache_.report(s);
     return s;
   }
 
@@ -524,6 +527,7 @@ class GpuEngine final : public Engine {
   void execute_chunk(const Batch& b, size_t offset, size_t n) {
     const cudaStream_t stream = batch_stream_;
     const bool search_only = is_search_only(b, offset, n);
+    cache_.before_batch(dt_, n, stream);
     BatchView bv = stage(b, offset, n, search_only, stream);
     prepare_batch(n, stream);
     launch_parallel_pass(bv, search_only, stream);
@@ -567,6 +571,7 @@ class GpuEngine final : public Engine {
         if (exhausted) break;
       }
     }
+    cache_.before_batch(dt_, n, stream);
     BatchView bv = stage(b, offset, n, search_only, stream);
     prepare_batch(n, stream);
     launch_parallel_pass(bv, search_only, stream);
@@ -827,6 +832,7 @@ class GpuEngine final : public Engine {
 
   void resize() {
     const auto t0 = std::chrono::steady_clock::now();
+    cache_.drop(dt_);  // bucket ids change with the levels
     const uint32_t new_top = dt_.bottom + T::L;
     if (new_top > format::kMaxLevel)
       throw Error(ErrorCode::kNoSpace, "table cannot grow past level " + std::to_string(format::kMaxLevel));
@@ -1031,6 +1037,8 @@ class GpuEngine final : public Engine {
   bool busy_ = false, stopping_ = false;
   std::exception_ptr failure_;
   std::thread worker_;
+  // Last, so it goes first: its loading stream may still read the pool's mapped memory.
+  BucketCache<T> cache_;
 };
 
 // The engine for one shape, any key width.

@@ -96,7 +96,7 @@ struct ThreadOps {
     for (size_t pos = begin; pos < end; ++pos) {
       const uint32_t i = bv.op_index(pos);
       const Op op = bv.op(i);
-      answer_in_run(t, bv, i, op, s, begin, stored, p.hash[0]);
+      answer_in_run(t, bv, i, op, s, begin, stored, nullptr, p.hash[0]);
       s = apply(transition_of(op, uint32_t(pos - begin)), s);
     }
     if (f.present && !s.present) {

@@ -139,12 +139,14 @@ __device__ bool value_verifies(const T& t, uint64_t cell, const std::byte* out, 
 // by an earlier operation of the run, or the table's value word `stored`).
 template <class T>
 __device__ void answer_in_run(const T& t, const BatchView& bv, uint32_t i, Op op, const KeyState& s, size_t begin,
-                              uint64_t stored, uint64_t hash0) {
+                              uint64_t stored, const std::byte* cached_value, uint64_t hash0) {
   OpStatus status = status_of(op, s.present);
   std::byte* out = bv.out(i);
   if (op == Op::kSearch && s.present && out) {
     if (s.source != kFromTable) {
       lane_copy(out, bv.value(bv.op_index(begin + s.source)), bv.value_width);
+    } else if (cached_value) {  // BktCache: the stored value's bytes, cached with its bucket
+      lane_copy(out, cached_value, bv.value_width);
     } else if (t.has_heap) {
       lane_copy(out, t.cell(stored), bv.value_width);
       if (!value_verifies(t, stored, out, hash0)) status = OpStatus::kCorruptValue;
@@ -164,6 +166,8 @@ struct LaneSlot {
   int slot, d, j;
   bool live;  // false when an earlier hash function names the same bucket at this level
   uint64_t tag_index;
+  std::byte* line;  // the bucket's BktCache line, or null: reads go there, writes to the pool
+  __device__ std::byte* read_bucket(const T& t) const { return line ? line : t.bucket(level, bucket); }
 };
 
 template <class T>
@@ -177,6 +181,7 @@ __device__ LaneSlot<T> lane_slot(const T& t, const KeyProbe<T>& p, int lane) {
   ls.bucket = format::bucket_at(pick(p.hash, ls.j), ls.level);
   ls.live = !format::repeated_bucket(p.hash, ls.level, ls.j, ls.bucket);
   ls.tag_index = t.tags ? t.tag_index(ls.level, ls.bucket, ls.slot) : 0;
+  ls.line = t.writes.cache.cached(ls.level, ls.bucket);
   return ls;
 }
 
@@ -207,7 +212,7 @@ __device__ __forceinline__ int pick_target(bool live, uint32_t occupied, uint32_
 
 template <Access A, class T>
 __device__ WarpProbe warp_probe(const T& t, const KeyProbe<T>& p, const LaneSlot<T>& ls, int lane) {
-  std::byte* b = t.bucket(ls.level, ls.bucket);
+  std::byte* b = ls.read_bucket(t);
   bool occupied, candidate, empty;
   if constexpr (A == Access::kMirror) {
     const uint8_t tag = load_volatile(t.tags + ls.tag_index);
@@ -231,7 +236,7 @@ __device__ WarpProbe warp_probe(const T& t, const KeyProbe<T>& p, const LaneSlot
       const uint64_t* k = T::key_words(b, ls.slot);
       match = true;
 #pragma unroll
-      for (int w = 0; w < T::kKeyWords; ++w) match &= k[w] == p.key[w];
+      for (int w = 0; w < T::kKeyWords; ++w) match &= (ls.line ? __ldcg(k + w) : k[w]) == p.key[w];
     }
   }
   WarpProbe r;
@@ -350,20 +355,35 @@ struct WarpOps {
   // The value word of the preferred copy (all lanes get it).
   __device__ uint64_t value_word_at(const WarpProbe& r, const LaneSlot<T>& ls) {
     uint64_t v = 0;
-    if (lane == r.valid) v = load_volatile(T::value_word(t.bucket(ls.level, ls.bucket), ls.slot));
+    if (lane == r.valid) v = load_volatile(T::value_word(ls.read_bucket(t), ls.slot));
     return __shfl_sync(kFullMask, v, r.valid);
+  }
+
+  // BktCache: the bytes of the preferred copy's value (word `vw`) if its line caches them, else
+  // null (all lanes get it); and the run's statistics and hits, once for the run.
+  __device__ const std::byte* cached_value_at(const WarpProbe& r, const LaneSlot<T>& ls, uint64_t vw) {
+    const BucketCacheView& c = t.writes.cache;
+    uint64_t at = 0;
+    if (lane == r.valid && ls.line && c.value_bytes && __ldcg(&c.value_refs(ls.line)[ls.slot]) == vw)
+      at = reinterpret_cast<uintptr_t>(c.value_bytes_of(ls.line, ls.slot));
+    return reinterpret_cast<const std::byte*>(__shfl_sync(kFullMask, at, r.valid));
+  }
+  __device__ void note_run(const WarpProbe& r, const LaneSlot<T>& ls, size_t operations) {
+    if (lane != r.valid) return;
+    t.writes.cache.record_run(ls.level, ls.bucket, operations);
+    t.writes.cache.count_hits(operations, ls.line != nullptr);
   }
 
   // Copies the stored value (word `vw`) to `out`, warp-cooperatively; false when it fails its
   // checksum (all lanes get the answer).
-  __device__ bool copy_stored_value(uint64_t vw, std::byte* out, uint64_t hash0) {
+  __device__ bool copy_stored_value(uint64_t vw, const std::byte* cached_value, std::byte* out, uint64_t hash0) {
     if (!out) return true;
     if (!t.has_heap) {
       if (lane == 0) write_inline_value(out, vw, bv.value_width);
       return true;
     }
-    warp_copy(out, t.cell(vw), bv.value_width, lane, nullptr);
-    if (!t.value_checksums) return true;
+    warp_copy(out, cached_value ? cached_value : t.cell(vw), bv.value_width, lane, nullptr);
+    if (!t.value_checksums || cached_value) return true;  // cached values were verified when loaded
     __syncwarp();
     bool ok = true;
     if (lane == 0) ok = value_verifies(t, vw, out, hash0);
@@ -514,8 +534,10 @@ struct WarpOps {
     OpStatus status = status_of(op, present);
     RunResult result = RunResult::kDone;
     bool failed_full = false;
-    if (op == Op::kSearch) {
-      if (present && !copy_stored_value(value_word_at(r, ls), bv.out(i), p.hash[0])) status = OpStatus::kCorruptValue;
+    if (present) note_run(r, ls, 1);
+    if (op == Op::kSearch && present) {
+      const uint64_t vw = value_word_at(r, ls);
+      if (!copy_stored_value(vw, cached_value_at(r, ls, vw), bv.out(i), p.hash[0])) status = OpStatus::kCorruptValue;
     } else if (present && (op == Op::kUpsert || op == Op::kUpdate)) {
       result = write_value(r, ls, bv.value(i), p.hash[0]);
       if (result == RunResult::kNeedCell && flags.heap_exhausted) result = RunResult::kDone, status = OpStatus::kHeapFull;
@@ -546,6 +568,8 @@ struct WarpOps {
     if (__popc(r.found) > 1) remove_duplicates(r, ls, p);
     const bool present = r.found != 0;
     const uint64_t stored = present ? value_word_at(r, ls) : 0;
+    const std::byte* cached_value = present ? cached_value_at(r, ls, stored) : nullptr;
+    if (present) note_run(r, ls, end - begin);
     KeyState carry{present, kFromTable};
     for (size_t base = begin; base < end; base += 32) {
       const size_t pos = base + lane;
@@ -561,7 +585,7 @@ struct WarpOps {
       Transition exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
       if (lane == 0) exclusive = kIdentity;
       const KeyState s = apply(exclusive, carry);
-      if (active) answer_in_run(t, bv, i, op, s, begin, stored, p.hash[0]);
+      if (active) answer_in_run(t, bv, i, op, s, begin, stored, cached_value, p.hash[0]);
       carry = apply(__shfl_sync(kFullMask, inclusive, 31), carry);
     }
     __syncwarp();

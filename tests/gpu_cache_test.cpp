@@ -1,0 +1,202 @@
+// BktCache (engines/gpu/bucket_cache.cuh): skewed mixed batches on a host-mapped table while
+// loading phases run on the cache's stream, every result against the model, with and without
+// resizes, for every policy; then the pool, written with the cache on, is checked and read back by
+// the CPU engine. Also: the cache is absent where it cannot help, and a budget bounds it.
+// Skipped where no GPU is present (the property tests of gpu_engine_test also run cached variants).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engines/gpu/gpu_engine.h"
+#include "property_common.h"
+
+namespace gphash::testing {
+namespace {
+
+#define REQUIRE_GPU()                                                     \
+  do {                                                                    \
+    std::string why;                                                      \
+    if (!engine::gpu_available(&why)) GTEST_SKIP() << "no GPU: " << why;  \
+  } while (0)
+
+OpenOptions cached(CachePolicy policy, uint64_t reload) {
+  OpenOptions o;
+  o.engine = EngineKind::kGpu;
+  o.cache.policy = policy;
+  o.cache.reload_operations = reload;
+  return o;
+}
+
+struct Workload {
+  uint32_t key_width, value_width;
+  std::vector<std::string> keys;  // the universe; the first 2% are hot
+  std::mt19937_64 rng{7};
+
+  Workload(uint32_t kw, uint32_t vw, size_t universe) : key_width(kw), value_width(vw), keys(universe) {
+    for (auto& k : keys) k = random_bytes(rng, kw);
+  }
+  const std::string& pick() {
+    const size_t hot = keys.size() / 50;
+    return rng() % 10 < 8 ? keys[rng() % hot] : keys[rng() % keys.size()];
+  }
+};
+
+// One mixed batch through `t`, every status and found value checked against `model`.
+void run_checked(Table& t, Model& model, Workload& w, size_t n, int insert_weight, const std::string& where) {
+  std::vector<Op> ops(n);
+  std::vector<uint64_t> kwords(n * w.key_width / 8);
+  std::string values(n * w.value_width, '\0'), out(n * w.value_width, '\0');
+  std::vector<OpStatus> status(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int r = static_cast<int>(w.rng() % (10 + insert_weight));
+    ops[i] = r < 5 ? Op::kSearch : r < 7 ? Op::kUpdate : r < 8 ? Op::kUpsert : r < 10 ? Op::kErase : Op::kInsert;
+    std::memcpy(reinterpret_cast<char*>(kwords.data()) + i * w.key_width, w.pick().data(), w.key_width);
+    const std::string v = random_bytes(w.rng, w.value_width);
+    std::memcpy(values.data() + i * w.value_width, v.data(), w.value_width);
+  }
+  Batch b;
+  b.size = n;
+  b.key_width = w.key_width;
+  b.value_width = w.value_width;
+  b.ops = ops.data();
+  b.keys = kwords.data();
+  b.values = values.data();
+  b.values_out = out.data();
+  b.status = status.data();
+  t.execute(b);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string key(reinterpret_cast<const char*>(kwords.data()) + i * w.key_width, w.key_width);
+    std::string found;
+    const OpStatus expected = model.apply(ops[i], key, values.substr(i * w.value_width, w.value_width), &found);
+    ASSERT_EQ(status[i], expected) << where << " index " << i << " op " << to_string(ops[i]);
+    if (ops[i] == Op::kSearch && expected == OpStatus::kOk) {
+      ASSERT_TRUE(out.substr(i * w.value_width, w.value_width) == found) << where << ": value differs at " << i;
+    }
+  }
+}
+
+// Every item of the model, read back through `t`.
+void expect_model(Table& t, const Model& model, uint32_t kw, uint32_t vw) {
+  ASSERT_EQ(t.size(), model.size());
+  const size_t m = model.size();
+  std::vector<uint64_t> kwords(m * kw / 8 + 1);
+  std::string out(m * vw, '\0');
+  std::vector<std::string> want;
+  size_t at = 0;
+  for (const auto& [k, v] : model.map()) {
+    std::memcpy(reinterpret_cast<char*>(kwords.data()) + at, k.data(), kw);
+    at += kw;
+    want.push_back(v);
+  }
+  std::vector<OpStatus> status(m);
+  Batch b;
+  b.size = m;
+  b.key_width = kw;
+  b.value_width = vw;
+  b.keys = kwords.data();
+  b.values_out = out.data();
+  b.status = status.data();
+  t.execute(b);
+  for (size_t i = 0; i < m; ++i) {
+    ASSERT_EQ(status[i], OpStatus::kOk) << i;
+    ASSERT_TRUE(out.substr(i * vw, vw) == want[i]) << "value differs at " << i;
+  }
+}
+
+// policy, key width, value width, grows (small initial capacity: resizes drop the cache)
+using CacheCase = std::tuple<CachePolicy, uint32_t, uint32_t, bool>;
+class BucketCacheTest : public ::testing::TestWithParam<CacheCase> {};
+
+TEST_P(BucketCacheTest, SkewedMixedBatchesMatchTheModelWhileLoadsRun) {
+  REQUIRE_GPU();
+  const auto [policy, kw, vw, grows] = GetParam();
+  TempPool pool("cache");
+  Workload w(kw, vw, 100'000);
+  Model model;
+  const size_t batch = 8192;
+  {
+    // A phase begins every other batch and its switch lands in the next one: loads are always in flight.
+    // 40% of the buckets: the grown table has ~16K, and the 2,000 hot keys may need as many.
+    OpenOptions o = cached(policy, batch);
+    o.cache.fraction = 0.4;
+    Table t = Table::create(pool.path(), {kw, vw, {2, 2, 8}, grows ? 1024u : 400'000u, 5}, o);
+    // The hit rate counts from the last resize on (a resize drops the cache and its statistics).
+    TableInfo grown = t.info();
+    int rounds_since_resize = 0;
+    for (int round = 0; round < 60; ++round) {
+      ASSERT_NO_FATAL_FAILURE(run_checked(t, model, w, batch, round < 20 ? 8 : 1, "round " + std::to_string(round)));
+      const TableInfo now = t.info();
+      if (now.resizes != grown.resizes) grown = now, rounds_since_resize = 0;
+      else ++rounds_since_resize;
+    }
+    ASSERT_GE(rounds_since_resize, 20);
+    const TableInfo info = t.info();
+    EXPECT_GE(info.cache_phases, 10u);
+    EXPECT_GT(info.cache_gpu_bytes, 0u);
+    EXPECT_GT(info.cache_lines, 0u);
+    if (grows) {
+      EXPECT_GT(info.resizes, 0u);
+    }
+    // 80% of operations go to 2% of the keys: a cache of 40% of the buckets serves most of them.
+    const uint64_t hits = info.cache_hits - grown.cache_hits, lookups = info.cache_lookups - grown.cache_lookups;
+    EXPECT_GT(static_cast<double>(hits), (policy == CachePolicy::kRandom ? 0.1 : 0.5) * static_cast<double>(lookups))
+        << hits << " of " << lookups << " in the last " << rounds_since_resize << " rounds";
+    ASSERT_NO_FATAL_FAILURE(expect_model(t, model, kw, vw));
+  }
+  // Written with the cache on, checked and read by the CPU engine.
+  OpenOptions cpu;
+  Table t = Table::open(pool.path(), cpu);
+  const CheckResult check = t.check();
+  EXPECT_TRUE(check.ok) << check.violation;
+  ASSERT_NO_FATAL_FAILURE(expect_model(t, model, kw, vw));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PoliciesWidthsAndGrowth, BucketCacheTest,
+    ::testing::Combine(::testing::Values(CachePolicy::kLfu, CachePolicy::kLru, CachePolicy::kRandom),
+                       ::testing::Values(8u, 32u), ::testing::Values(8u, 32u), ::testing::Bool()),
+    [](const ::testing::TestParamInfo<CacheCase>& info) {
+      const CachePolicy p = std::get<0>(info.param);
+      return std::string(p == CachePolicy::kLfu ? "lfu" : p == CachePolicy::kLru ? "lru" : "random") + "_k" +
+             std::to_string(std::get<1>(info.param)) + "_v" + std::to_string(std::get<2>(info.param)) +
+             (std::get<3>(info.param) ? "_grows" : "_fixed");
+    });
+
+TEST(BucketCache, AbsentWhereItCannotHelp) {
+  REQUIRE_GPU();
+  for (int variant = 0; variant < 2; ++variant) {
+    TempPool pool("nocache");
+    OpenOptions o = cached(CachePolicy::kLfu, 1024);
+    if (variant == 0) o.cache.policy = CachePolicy::kOff;
+    else o.placement = Placement::kGpuMemory;  // the table is in GPU memory already
+    Table t = Table::create(pool.path(), {8, 8, {2, 2, 8}, 100'000, 5}, o);
+    Model model;
+    Workload w(8, 8, 20'000);
+    for (int round = 0; round < 6; ++round) ASSERT_NO_FATAL_FAILURE(run_checked(t, model, w, 4096, 4, "no cache"));
+    EXPECT_EQ(t.info().cache_gpu_bytes, 0u);
+    EXPECT_EQ(t.info().cache_lookups, 0u);
+  }
+}
+
+TEST(BucketCache, StaysWithinItsGpuMemoryBudget) {
+  REQUIRE_GPU();
+  TempPool pool("budget");
+  OpenOptions o = cached(CachePolicy::kLfu, 4096);
+  o.cache.fraction = 1.0;
+  o.cache.gpu_bytes = uint64_t{8} << 20;
+  Table t = Table::create(pool.path(), {32, 32, {2, 2, 8}, 1'000'000, 5}, o);
+  Model model;
+  Workload w(32, 32, 50'000);
+  for (int round = 0; round < 8; ++round) ASSERT_NO_FATAL_FAILURE(run_checked(t, model, w, 4096, 4, "budget"));
+  const TableInfo info = t.info();
+  EXPECT_GT(info.cache_gpu_bytes, 0u);
+  EXPECT_LE(info.cache_gpu_bytes, o.cache.gpu_bytes);
+  EXPECT_GT(info.cache_phases, 0u);
+}
+
+}  // namespace
+}  // namespace gphash::testing
