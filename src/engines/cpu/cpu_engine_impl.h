@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <vector>
 
+#include "engines/common/batch_shards.h"
 #include "engines/common/crash_point.h"
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cpu_table.h"
@@ -144,107 +146,68 @@ class CpuEngine final : public Engine {
   void execute(const Batch& batch) override {
     const size_t n = batch.size;
     if (n == 0) return;
-    const int threads = static_cast<int>(std::min<size_t>(threads_, (n + kMinOpsPerThread - 1) / kMinOpsPerThread));
+    const int threads = static_cast<int>(std::min<size_t>(std::min(threads_, BatchShards::kMaxThreads),
+                                                          (n + kMinOpsPerThread - 1) / kMinOpsPerThread));
     // Shard by key so all operations on one key run on one thread, in batch order.
-    std::vector<uint32_t> order;
-    std::vector<size_t> next(threads + 1, 0), end(threads + 1, 0);
-    if (threads == 1) {
-      end[0] = n;
-    } else {
-      shard(batch, threads, order, next, end);
-    }
+    BatchShards shards(batch, threads, run_threads, [&](size_t i) {
+      Probe p;
+      table_.prepare(p, key_of(batch, i));
+      return static_cast<uint32_t>(((p.hash[0] >> 32) * static_cast<uint64_t>(threads)) >> 32);
+    });
     std::vector<Padded> deltas(threads_);
     Exhausted exhausted;
-    std::vector<Outcome> stopped(threads, Outcome::kOk);
-    bool writes = false;
     for (;;) {
+      run_threads(threads, [&](int t) {
+        shards.next(t) = run_range(batch, shards, shards.next(t), shards.end(t), t, deltas[t].value);
+      });
       bool any_stopped = false;
-      auto run = [&](int t) { next[t] = run_range(batch, order, next[t], end[t], t, deltas[t].value, stopped[t]); };
-      if (threads == 1) {
-        run(0);
-      } else {
-#pragma omp parallel num_threads(threads)
-        run(omp_get_thread_num());
-      }
       for (int t = 0; t < threads; ++t) {
-        if (next[t] == end[t]) continue;
+        if (shards.next(t) == shards.end(t)) continue;
         any_stopped = true;
-        resolve_slow_path(batch, op_index(order, next[t]), deltas, exhausted);
-        ++next[t];
+        resolve_slow_path(batch, shards, shards.next(t)++, deltas, exhausted);
       }
       if (!any_stopped) break;
     }
     int64_t delta = 0;
     for (const Padded& d : deltas) delta += d.value;
     items_ = static_cast<uint64_t>(static_cast<int64_t>(items_) + delta);
-    for (size_t i = 0; i < n && !writes; ++i) writes = op_of(batch, i) != Op::kSearch;
-    if (writes) pool_.sync();  // the durability point: the batch is acknowledged after this
+    if (shards.writes()) pool_.sync();  // the durability point: the batch is acknowledged after this
   }
 
  private:
   static constexpr size_t kMinOpsPerThread = 256;
   static constexpr size_t kPrefetchDistance = 8;
 
-  static Op op_of(const Batch& b, size_t i) { return b.ops ? b.ops[i] : b.op; }
-  static size_t op_index(const std::vector<uint32_t>& order, size_t k) { return order.empty() ? k : order[k]; }
+  static Op op_of(const Batch& b, size_t i) { return BatchShards::op_of(b, i); }
+  // Calls f(t) for t in [0, threads) on that many threads and waits for all.
+  static void run_threads(int threads, const std::function<void(int)>& f) {
+    if (threads == 1) return f(0);
+#pragma omp parallel num_threads(threads)
+    f(omp_get_thread_num());
+  }
   static const std::byte* key_of(const Batch& b, size_t i) {
     return static_cast<const std::byte*>(b.keys) + i * b.key_width;
   }
   static const std::byte* value_in(const Batch& b, size_t i) {
     return b.values ? static_cast<const std::byte*>(b.values) + i * b.value_width : nullptr;
   }
-  static std::byte* value_out(const Batch& b, size_t i) {
-    return b.values_out ? static_cast<std::byte*>(b.values_out) + i * b.value_width : nullptr;
-  }
 
-  // Counting sort of operation indices by the top bits of the key's first hash.
-  void shard(const Batch& b, int threads, std::vector<uint32_t>& order, std::vector<size_t>& next,
-             std::vector<size_t>& end) const {
-    const size_t n = b.size;
-    std::vector<uint8_t> owner(n);
-    std::vector<std::vector<size_t>> counts(threads, std::vector<size_t>(threads, 0));
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num();
-      Probe p;
-#pragma omp for schedule(static)
-      for (size_t i = 0; i < n; ++i) {
-        table_.prepare(p, key_of(b, i));
-        owner[i] = static_cast<uint8_t>(((p.hash[0] >> 32) * static_cast<uint64_t>(threads)) >> 32);
-        ++counts[t][owner[i]];
-      }
-    }
-    size_t pos = 0;
-    for (int s = 0; s < threads; ++s) {
-      next[s] = pos;
-      for (int t = 0; t < threads; ++t) pos += counts[t][s];
-      end[s] = pos;
-    }
-    order.resize(n);
-    std::vector<size_t> fill(next.begin(), next.end());
-    for (size_t i = 0; i < n; ++i) order[fill[owner[i]]++] = static_cast<uint32_t>(i);
-  }
-
-  // Runs operations order[begin..end) of one shard; stops at one that needs the exclusive slow
-  // path and returns its position (end when all ran).
-  size_t run_range(const Batch& b, const std::vector<uint32_t>& order, size_t begin, size_t end, int tid,
-                   int64_t& delta, Outcome& stop) {
+  // Runs positions [begin, end) of one shard; stops at one that needs the exclusive slow path and
+  // returns its position (end when all ran).
+  size_t run_range(const Batch& b, BatchShards& shards, size_t begin, size_t end, int tid, int64_t& delta) {
     Probe ring[kPrefetchDistance];
     const size_t count = end - begin;
     auto stage = [&](size_t k) {
       Probe& p = ring[k % kPrefetchDistance];
-      table_.prepare(p, key_of(b, op_index(order, begin + k)));
+      table_.prepare(p, key_of(b, shards.index(begin + k)));
       table_.prefetch(p);
     };
     for (size_t k = 0; k < std::min(count, kPrefetchDistance); ++k) stage(k);
     for (size_t k = 0; k < count; ++k) {
-      const size_t i = op_index(order, begin + k);
-      Outcome o = table_.apply(op_of(b, i), ring[k % kPrefetchDistance], value_in(b, i), value_out(b, i), tid, delta);
-      if (o == Outcome::kNeedSlot || o == Outcome::kNeedCell) {
-        stop = o;
-        return begin + k;
-      }
-      b.status[i] = to_status(o);
+      const size_t p = begin + k, i = shards.index(p);
+      Outcome o = table_.apply(op_of(b, i), ring[k % kPrefetchDistance], value_in(b, i), shards.value_out(p), tid, delta);
+      if (o == Outcome::kNeedSlot || o == Outcome::kNeedCell) return p;
+      shards.status(p) = to_status(o);
       if (k + kPrefetchDistance < count) stage(k + kPrefetchDistance);
     }
     return end;
@@ -259,13 +222,16 @@ class CpuEngine final : public Engine {
     bool heap = false, table = false;
   };
 
-  void resolve_slow_path(const Batch& b, size_t i, std::vector<Padded>& deltas, Exhausted& exhausted) {
+  void resolve_slow_path(const Batch& b, BatchShards& shards, size_t position, std::vector<Padded>& deltas,
+                         Exhausted& exhausted) {
     int64_t& delta = deltas[0].value;
+    const size_t i = shards.index(position);
+    OpStatus& status = shards.status(position);
     Probe p;
     table_.prepare(p, key_of(b, i));
     bool reclaimed = false;
     for (;;) {
-      Outcome o = table_.apply(op_of(b, i), p, value_in(b, i), value_out(b, i), 0, delta);
+      Outcome o = table_.apply(op_of(b, i), p, value_in(b, i), shards.value_out(position), 0, delta);
       if (o == Outcome::kNeedCell) {
         if (!reclaimed) {
           cells_.reclaim_local_caches();
@@ -278,7 +244,7 @@ class CpuEngine final : public Engine {
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kNoSpace) throw;
           exhausted.heap = true;
-          b.status[i] = OpStatus::kHeapFull;
+          status = OpStatus::kHeapFull;
           return;
         }
         cells_.grow(meta_.heap_cells());
@@ -295,7 +261,7 @@ class CpuEngine final : public Engine {
           continue;
         }
         if (!auto_resize_) {
-          b.status[i] = OpStatus::kTableFull;
+          status = OpStatus::kTableFull;
           return;
         }
         try {
@@ -304,12 +270,12 @@ class CpuEngine final : public Engine {
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kNoSpace) throw;
           exhausted.table = true;
-          b.status[i] = OpStatus::kTableFull;
+          status = OpStatus::kTableFull;
           return;
         }
         continue;
       }
-      b.status[i] = to_status(o);
+      status = to_status(o);
       return;
     }
   }

@@ -27,7 +27,9 @@
 
 namespace gphash::hmeh {
 
-struct alignas(32) SegmentHandle {
+// A cache line each: writers change `lock` with atomic instructions, and adjacent ids usually
+// belong to other threads' segments.
+struct alignas(64) SegmentHandle {
   static constexpr uint64_t kSharerMask = 0xFFFFFFFFull;
   static constexpr uint64_t kSplitting = uint64_t{1} << 32;
   static constexpr uint64_t kVersionUnit = uint64_t{1} << 33;
@@ -180,7 +182,9 @@ class FlatDirectory {
 
   std::atomic<Table*> current_{nullptr};
   std::vector<std::unique_ptr<Table>> tables_;  // the current one last; the others are retired
-  std::atomic<uint64_t> version_{0};
+  // Bumped by every split: on a line of its own, so that bumping it does not evict `current_`,
+  // which every operation reads, from the other threads' caches.
+  alignas(64) std::atomic<uint64_t> version_{0};
   uint64_t doublings_ = 0;
   std::function<void(const void*, size_t)> persist_;
 };

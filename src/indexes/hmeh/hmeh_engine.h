@@ -42,6 +42,7 @@
 #include <optional>
 #include <vector>
 
+#include "engines/common/batch_shards.h"
 #include "engines/common/crash_point.h"
 #include "engines/cpu/cell_allocator.h"
 #include "engines/cpu/memory.h"
@@ -56,6 +57,7 @@
 namespace gphash::hmeh {
 
 namespace fh = format::hmeh;
+using engine::BatchShards;
 
 enum class Outcome : uint8_t {
   kOk,
@@ -333,42 +335,25 @@ class HmehEngine final : public Index {
     const size_t n = b.size;
     if (n == 0) return;
     const int threads = static_cast<int>(std::min<size_t>(threads_, (n + kMinOpsPerThread - 1) / kMinOpsPerThread));
-    Shards shards;
-    Results results{b.status, static_cast<std::byte*>(b.values_out), b.value_width};
-    std::vector<OpStatus> status_by_position;
-    std::vector<std::byte> values_by_position;
-    if (threads == 1) {
-      shards.end.assign(1, n);
-      shards.next.assign(1, 0);
-    } else {
-      shard(b, threads, shards);
-      // Threads hold interleaved operations: writing results in place would share every cache
-      // line of the status and value arrays between them. They write in shard order instead,
-      // and gather() puts the results in place.
-      status_by_position.resize(n);
-      results.status = status_by_position.data();
-      if (b.values_out && b.value_width <= kGatheredValueBytes) {
-        values_by_position.resize(n * b.value_width);
-        results.values = values_by_position.data();
-      }
-    }
+    BatchShards shards(b, threads, [](int k, auto&& f) { run_parallel(k, f); }, [&](size_t i) {
+      Probe p;
+      prepare(p, key_of(b, i));
+      return owner_of(p.hash, threads);
+    });
     std::vector<PaddedCount> deltas(threads_);
     bool stopped;
     do {  // rounds: each thread runs its shard until an operation needs the heap to grow
       run_parallel(threads, [&](int t) {
-        shards.next[t] = run_range(b, shards, results, shards.next[t], shards.end[t], t, deltas[t].value);
+        shards.next(t) = run_range(b, shards, shards.next(t), shards.end(t), t, deltas[t].value);
       });
       stopped = false;
       for (int t = 0; t < threads; ++t) {
-        if (shards.next[t] == shards.end[t]) continue;
+        if (shards.next(t) == shards.end(t)) continue;
         stopped = true;
-        resolve_heap_full(b, shards, results, shards.next[t]++, deltas[0].value);
+        resolve_heap_full(b, shards, shards.next(t)++, deltas[0].value);
       }
     } while (stopped);
-    if (threads > 1) gather(b, shards, results, threads);
-    bool writes = false;
-    for (size_t i = 0; i < n && !writes; ++i) writes = op_of(b, i) != Op::kSearch;
-    if (!writes) return;  // searching batches may run together: they change no shared state
+    if (!shards.writes()) return;  // searching batches may run together: they change no shared state
     int64_t delta = 0;
     for (const PaddedCount& d : deltas) delta += d.value;
     items_ = static_cast<uint64_t>(static_cast<int64_t>(items_) + delta);
@@ -383,22 +368,7 @@ class HmehEngine final : public Index {
   static double seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   }
-  // Which thread runs which operation: positions [next[t], end[t]) of `order` (operation indices
-  // in shard order, stable); `position` is its inverse. Empty order: one thread, position = index.
-  struct Shards {
-    std::vector<uint32_t> order, position;
-    std::vector<size_t> next, end;
-    size_t index(size_t p) const { return order.empty() ? p : order[p]; }
-  };
-  // Where the result of the operation at a position goes (by position; see execute()).
-  struct Results {
-    OpStatus* status;
-    std::byte* values;  // search results, value_width each; the batch's own array when null here
-    uint32_t value_width;
-  };
-  static constexpr uint32_t kGatheredValueBytes = 64;  // larger values span lines of their own
-
-  static Op op_of(const Batch& b, size_t i) { return b.ops ? b.ops[i] : b.op; }
+  static Op op_of(const Batch& b, size_t i) { return BatchShards::op_of(b, i); }
   static const std::byte* key_of(const Batch& b, size_t i) {
     return static_cast<const std::byte*>(b.keys) + i * b.key_width;
   }
@@ -992,65 +962,10 @@ class HmehEngine final : public Index {
     return static_cast<uint32_t>((bits * static_cast<uint64_t>(threads)) >> 32);
   }
 
-  // Counting sort of operation indices by owner thread (stable: batch order within a thread).
-  void shard(const Batch& b, int threads, Shards& shards) const {
-    const size_t n = b.size;
-    std::vector<uint8_t> owner(n);
-    std::vector<std::vector<size_t>> counts(threads, std::vector<size_t>(threads, 0));
-    const size_t per = (n + threads - 1) / threads;
-    run_parallel(threads, [&](int t) {
-      Probe p;
-      for (size_t i = t * per; i < std::min(n, (t + 1) * per); ++i) {
-        prepare(p, key_of(b, i));
-        owner[i] = static_cast<uint8_t>(owner_of(p.hash, threads));
-        ++counts[t][owner[i]];
-      }
-    });
-    shards.next.assign(threads, 0);
-    shards.end.assign(threads, 0);
-    size_t pos = 0;
-    for (int s = 0; s < threads; ++s) {
-      shards.next[s] = pos;
-      for (int t = 0; t < threads; ++t) pos += counts[t][s];
-      shards.end[s] = pos;
-    }
-    shards.order.resize(n);
-    shards.position.resize(n);
-    std::vector<size_t> fill(shards.next.begin(), shards.next.end());
-    for (size_t i = 0; i < n; ++i) {
-      const size_t p = fill[owner[i]]++;
-      shards.order[p] = static_cast<uint32_t>(i);
-      shards.position[i] = static_cast<uint32_t>(p);
-    }
-  }
-
-  // Puts results written in shard order in place: each thread takes a contiguous range of the
-  // batch's arrays, so no cache line is written by two threads.
-  void gather(const Batch& b, const Shards& shards, const Results& results, int threads) const {
-    const size_t n = b.size, per = (n + threads - 1) / threads;
-    const uint32_t vw = b.value_width;
-    const bool values = b.values_out && results.values != b.values_out;
-    run_parallel(threads, [&](int t) {
-      for (size_t i = t * per; i < std::min(n, (t + 1) * per); ++i) {
-        const size_t p = shards.position[i];
-        b.status[i] = results.status[p];
-        if (values && results.status[p] == OpStatus::kOk && op_of(b, i) == Op::kSearch)
-          std::memcpy(static_cast<std::byte*>(b.values_out) + i * vw, results.values + p * vw, vw);
-      }
-    });
-  }
-
-  std::byte* value_out(const Batch& b, const Results& results, size_t p, size_t i) const {
-    if (!b.values_out) return nullptr;
-    if (results.values != b.values_out) return results.values + p * results.value_width;
-    return static_cast<std::byte*>(b.values_out) + i * b.value_width;
-  }
-
   // Runs the operations at positions [begin, end) with the next ones' buckets prefetched; stops at
   // one that needs the heap to grow past what the pool allows and returns its position (end when
   // all ran).
-  size_t run_range(const Batch& b, const Shards& shards, const Results& results, size_t begin, size_t end, int tid,
-                   int64_t& delta) {
+  size_t run_range(const Batch& b, BatchShards& shards, size_t begin, size_t end, int tid, int64_t& delta) {
     struct Staged {
       Probe probe;
       SegmentHandle* handle;
@@ -1074,10 +989,9 @@ class HmehEngine final : public Index {
       // A handle looked up before the directory last changed is still safe to try (readers and
       // writers validate it), but would likely fail: look it up again.
       SegmentHandle* hint = s.version == flat_.version() ? s.handle : nullptr;
-      const Outcome o =
-          apply(op_of(b, i), s.probe, value_in(b, i), value_out(b, results, p, i), tid, delta, hint);
+      const Outcome o = apply(op_of(b, i), s.probe, value_in(b, i), shards.value_out(p), tid, delta, hint);
       if (o == Outcome::kNeedCell) return p;
-      results.status[p] = to_status(o);
+      shards.status(p) = to_status(o);
       if (k + kPrefetchDistance < count) stage(k + kPrefetchDistance);
     }
     return end;
@@ -1085,13 +999,12 @@ class HmehEngine final : public Index {
 
   // An operation that found the heap full, run again with no other thread running: cells cached
   // by other threads are returned first; if none is free it fails with kHeapFull.
-  void resolve_heap_full(const Batch& b, const Shards& shards, const Results& results, size_t p, int64_t& delta) {
+  void resolve_heap_full(const Batch& b, BatchShards& shards, size_t p, int64_t& delta) {
     cells_.reclaim_local_caches();
     const size_t i = shards.index(p);
     Probe probe;
     prepare(probe, key_of(b, i));
-    results.status[p] =
-        to_status(apply(op_of(b, i), probe, value_in(b, i), value_out(b, results, p, i), 0, delta, nullptr));
+    shards.status(p) = to_status(apply(op_of(b, i), probe, value_in(b, i), shards.value_out(p), 0, delta, nullptr));
   }
 
   pool::Pool& pool_;
