@@ -424,7 +424,7 @@ void Cli::add_engine(CLI::App* app) {
                   "GPU engine: mapped (the pool, persistent) or gpu-memory (a volatile copy)");
   options_.number(app, "--threads", eng_.threads, 0, kMaxThreads, "CPU engine threads (0 = all)");
   options_.choice(app, "--cache", eng_.cache, {"lfu", "lru", "random", "off"},
-                  "GPU engine, mapped: BktCache policy (hot buckets and their values in GPU memory)");
+                  "GPU engine, mapped: BktCache policy (hot buckets and their values in GPU memory; default off)");
   options_.real(app, "--cache-fraction", eng_.cache_fraction, 0, 1, "BktCache: share of the table's buckets cached (default 0.2)");
   options_.number(app, "--cache-bytes", eng_.cache_bytes, 0, kMaxPoolBytes,
                   "BktCache: GPU memory budget for the whole cache (0 = none)");

@@ -90,6 +90,7 @@ int run(const Args& a, ReportWriter& out) {
   OpenOptions options;
   options.engine = a.engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
   options.threads = a.threads;
+  options.cache.policy = CachePolicy::kLfu;  // on, whatever the default
   options.cache.reload_operations = a.cache_reload;
   options.cache.fraction = 0.5;
   out.opening();
