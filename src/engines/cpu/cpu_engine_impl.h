@@ -199,8 +199,8 @@ class CpuEngine final : public Engine {
   // Operations of one thread's shard set aside for the exclusive slow path during a round: those
   // that found no free slot or cell, and every later one on the same key (batch order per key).
   // Setting them aside instead of stopping keeps the thread busy: a thread that stopped waited for
-  // the whole round, and near a resize most threads stopped early (at 16 threads the CPU engine
-  // inserted at a third of HMEH's rate).
+  // the whole round, and near a resize most threads stopped early (16 threads, H100 machine: 10.8
+  // M inserts/s stopping, 15.3 setting aside).
   struct Deferred {
     static constexpr size_t kMax = 64;  // then the thread stops, as before
     std::vector<size_t> positions;
