@@ -209,7 +209,12 @@ class BucketCache {
   // starts a loading phase, and hands kernels the current view (dt.writes.cache).
   void before_batch(T& dt, uint64_t n, cudaStream_t stream) {
     if (!enabled_) return;
-    if (!ensure_memory(dt)) return;
+    if (!ensure_memory(dt)) {
+      // ensure_memory released the lines (the table grew and no line, or no GPU memory, is left
+      // for them): the batch must not see the view of the released ones.
+      dt.writes.cache = BucketCacheView{};
+      return;
+    }
     if (loading_ && cudaEventQuery(loaded_->get()) == cudaSuccess) {
       const BucketCacheView next = view(dt, staging_, false);
       cache_fixup_kernel<<<fill_blocks(), 256, 0, stream>>>(dt, next, written_.get(), line_ids_[staging_].get(),
