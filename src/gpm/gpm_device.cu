@@ -37,6 +37,7 @@ DeviceGpm::DeviceGpm(GpmPool& gp) : gp_(gp), mapping_(gp.pool()) {
   StoreCountdown c{0, 0};
   if (const char* at = std::getenv("GPHASH_GPM_CRASH_AFTER")) c.trap_at = std::strtoull(at, nullptr, 10);
   check(cudaMemcpy(countdown_, &c, sizeof c, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // a copy from pageable memory may still be in flight
   writes_.countdown = countdown_;
 #endif
 }

@@ -209,7 +209,7 @@ class BucketCache {
   // starts a loading phase, and hands kernels the current view (dt.writes.cache).
   void before_batch(T& dt, uint64_t n, cudaStream_t stream) {
     if (!enabled_) return;
-    if (!ensure_memory(dt)) {
+    if (!ensure_memory(dt, stream)) {
       // ensure_memory released the lines (the table grew and no line, or no GPU memory, is left
       // for them): the batch must not see the view of the released ones.
       dt.writes.cache = BucketCacheView{};
@@ -255,7 +255,7 @@ class BucketCache {
  private:
   // Lines per set for the table's current size: the configured fraction of its buckets, within the
   // GPU-memory budget (both sets of lines, the index of each, the statistics and the scores).
-  bool ensure_memory(const T& dt) {
+  bool ensure_memory(const T& dt, cudaStream_t stream) {
     const uint64_t ids = format::level_buckets(dt.bottom) * ((1u << T::L) - 1);
     if (ids == ids_) return lines_max_ > 0;
     ids_ = ids;
@@ -287,7 +287,7 @@ class BucketCache {
       selection_.resize(1);
       if (!counters_.get()) {
         counters_.resize(1);
-        GPHASH_CUDA(cudaMemset(counters_.get(), 0, sizeof(CacheCounters)));
+        GPHASH_CUDA(cudaMemsetAsync(counters_.get(), 0, sizeof(CacheCounters), stream));
       }
       if (!load_stream_) {
         load_stream_ = std::make_unique<Stream>();
@@ -301,7 +301,7 @@ class BucketCache {
       stats_.release(), scores_.release(), written_.release();
       return false;
     }
-    GPHASH_CUDA(cudaMemset(stats_.get(), 0, ids * 4));
+    GPHASH_CUDA(cudaMemsetAsync(stats_.get(), 0, ids * 4, stream));  // in the batch's stream, before its kernels
     gpu_bytes_ = ids * per_id + written_.size() * 4 + 2 * uint64_t{lines_max_} * (line_bytes_ + 4) + hist_.size() * 4;
     return true;
   }

@@ -118,6 +118,7 @@ class GpuEngine final : public Engine {
     CrashCountdown c{0, 0};
     if (const char* at = std::getenv("GPHASH_GPU_CRASH_AFTER")) c.trap_at = std::strtoull(at, nullptr, 10);
     GPHASH_CUDA(cudaMemcpy(countdown_.get(), &c, sizeof c, cudaMemcpyHostToDevice));
+    GPHASH_CUDA(cudaDeviceSynchronize());  // a copy from pageable memory may still be in flight on return
     dt_.writes.countdown = countdown_.get();
 #endif
     ctx_.counters = counters_.get();
@@ -346,7 +347,7 @@ class GpuEngine final : public Engine {
     collect_marks();  // the old bitmap's marks, before it goes
     const uint64_t limit = (std::max<uint64_t>(2 * pages, 1 << 15) + 63) / 64 * 64;  // a multiple of 64
     DeviceBuffer<uint32_t> bits(limit / 32 + 2);  // the bitmap, then the overflow word (and padding)
-    GPHASH_CUDA(cudaMemset(bits.get(), 0, bits.size() * 4));
+    clear_marks(bits.get(), bits.size());
     dirty_bits_ = std::move(bits);
     dt_.writes.dirty_page_limit = limit;
     // Kernels mark only while they write the pool itself (not a GPU-memory copy of the table).
@@ -365,7 +366,14 @@ class GpuEngine final : public Engine {
       pool_.dirty_pages().mark(0, pool_.file_size());  // a page past the bitmap: trust nothing
     else
       pool_.dirty_pages().merge(host_dirty_.data(), static_cast<size_t>(limit / 64));
-    GPHASH_CUDA(cudaMemset(dirty_bits_.get(), 0, dirty_bits_.size() * 4));
+    clear_marks(dirty_bits_.get(), dirty_bits_.size());
+  }
+
+  // Done before it returns: a cudaMemset may still be running when it returns, and kernels on the
+  // batch streams (non-blocking) would then have marks cleared under them.
+  void clear_marks(uint32_t* bits, size_t words) {
+    GPHASH_CUDA(cudaMemsetAsync(bits, 0, words * 4, slow_stream_));
+    GPHASH_CUDA(cudaStreamSynchronize(slow_stream_));
   }
 
   // The pool was not shut down cleanly: finish or undo an interrupted move, clear slots left
@@ -759,12 +767,16 @@ class GpuEngine final : public Engine {
         flags.allow_displacement = false;
         const auto result = static_cast<RunResult>(host_counters_.get()->slow_result);
         if (result == RunResult::kDone) break;
-        // Keep the unfinished entries [stopped_at, count) and let the loop grow what they need.
+        // Keep the unfinished entries [stopped_at, count), moved to the front of the other buffer,
+        // and let the loop grow what they need. The move is in stream order: it once went through
+        // the host with cudaMemcpy, whose copy from pageable memory may still be in flight when it
+        // returns and is not ordered with this non-blocking stream; under GPU contention the rerun
+        // read the old entries, ran finished runs twice and lost the unfinished ones.
         const uint64_t first = host_counters_.get()->stopped_at;
-        std::vector<uint32_t> rest(count - first);
-        GPHASH_CUDA(cudaMemcpy(rest.data(), pending_[current].get() + first, rest.size() * 4, cudaMemcpyDeviceToHost));
-        GPHASH_CUDA(cudaMemcpy(pending_[current].get(), rest.data(), rest.size() * 4, cudaMemcpyHostToDevice));
-        count = rest.size();
+        count -= first;
+        GPHASH_CUDA(cudaMemcpyAsync(pending_[1 - current].get(), pending_[current].get() + first, count * 4,
+                                    cudaMemcpyDeviceToDevice, stream));
+        current = 1 - current;
         need_slot = result == RunResult::kNeedSlot ? count : 0;
         need_cell = result == RunResult::kNeedCell ? count : 0;
         if (need_slot) {  // displacement found nothing to move: grow instead
