@@ -26,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -464,9 +465,57 @@ class GpuEngine final : public Engine {
     return reinterpret_cast<const U*>(static_cast<const std::byte*>(base) + bytes);
   }
 
+  // Small host batches (the server's rounds, latency-bound callers) go through pinned memory: the
+  // caller's arrays are packed into it on the host, one copy goes in and one comes out, and the
+  // host waits once. Copies from and to pageable memory each stage and wait on their own.
+  static constexpr size_t kStagedBytes = size_t{256} << 10;
+  struct Staged {
+    size_t values_out_at = 0;  // in the output area: statuses at 0, then the found values
+    size_t out_bytes = 0;      // 0: not staged
+  };
+  static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+
+  bool stage_through_pinned(const Batch& b, size_t offset, size_t n, bool search_only, cudaStream_t stream, BatchView& bv,
+                            Staged& staged) {
+    const uint32_t vw = dt_.value_width;
+    const size_t keys = align16(n * KeyWidth), ops = b.ops ? align16(n) : 0;
+    const size_t values = b.values && !search_only ? align16(n * vw) : 0;
+    const size_t statuses = align16(n), found = b.values_out ? n * vw : 0;
+    if (keys + ops + values > kStagedBytes || statuses + found > kStagedBytes) return false;
+    if (!staged_in_) {
+      staged_in_ = std::make_unique<PinnedBuffer<std::byte>>(kStagedBytes);
+      staged_out_ = std::make_unique<PinnedBuffer<std::byte>>(kStagedBytes);
+      device_in_.resize(kStagedBytes);
+      device_out_.resize(kStagedBytes);
+    }
+    std::byte* in = staged_in_->get();
+    std::memcpy(in, offset_ptr<std::byte>(b.keys, offset * KeyWidth), n * KeyWidth);
+    if (ops) std::memcpy(in + keys, b.ops + offset, n);
+    if (values) std::memcpy(in + keys + ops, offset_ptr<std::byte>(b.values, offset * vw), n * vw);
+    GPHASH_CUDA(cudaMemcpyAsync(device_in_.get(), in, keys + ops + values, cudaMemcpyHostToDevice, stream));
+    bv.keys = reinterpret_cast<const uint64_t*>(device_in_.get());
+    bv.ops = ops ? reinterpret_cast<const uint8_t*>(device_in_.get() + keys) : nullptr;
+    bv.values = values ? device_in_.get() + keys + ops : nullptr;
+    bv.status = reinterpret_cast<uint8_t*>(device_out_.get());
+    bv.values_out = found ? device_out_.get() + statuses : nullptr;
+    staged.values_out_at = statuses;
+    staged.out_bytes = statuses + found;
+    return true;
+  }
+  void copy_staged_outputs(const Staged& staged, cudaStream_t stream) {
+    GPHASH_CUDA(cudaMemcpyAsync(staged_out_->get(), device_out_.get(), staged.out_bytes, cudaMemcpyDeviceToHost, stream));
+  }
+  void unpack_staged_outputs(const Batch& b, size_t offset, size_t n, const Staged& staged) const {
+    const std::byte* out = staged_out_->get();
+    std::memcpy(b.status + offset, out, n);
+    if (b.values_out)
+      std::memcpy(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, out + staged.values_out_at,
+                  n * dt_.value_width);
+  }
+
   // A chunk's view: the caller's arrays (GPU memory) or staged copies of them (host memory,
   // copied on `stream`).
-  BatchView stage(const Batch& b, size_t offset, size_t n, bool search_only, cudaStream_t stream) {
+  BatchView stage(const Batch& b, size_t offset, size_t n, bool search_only, cudaStream_t stream, Staged* staged = nullptr) {
     const uint32_t vw = dt_.value_width;
     BatchView bv{};
     bv.n = n;
@@ -478,6 +527,8 @@ class GpuEngine final : public Engine {
       bv.values = b.values ? offset_ptr<std::byte>(b.values, offset * vw) : nullptr;
       bv.values_out = b.values_out ? static_cast<std::byte*>(b.values_out) + offset * vw : nullptr;
       bv.status = reinterpret_cast<uint8_t*>(b.status + offset);
+    } else if (staged && stage_through_pinned(b, offset, n, search_only, stream, bv, *staged)) {
+      // staged: bv points into device_in_ and device_out_
     } else {
       keys_.reserve(n * T::kKeyWords);
       GPHASH_CUDA(cudaMemcpyAsync(keys_.get(), offset_ptr<std::byte>(b.keys, offset * KeyWidth), n * KeyWidth,
@@ -536,26 +587,40 @@ class GpuEngine final : public Engine {
     const cudaStream_t stream = batch_stream_;
     const bool search_only = is_search_only(b, offset, n);
     cache_.before_batch(dt_, n, stream);
-    BatchView bv = stage(b, offset, n, search_only, stream);
+    Staged staged;
+    BatchView bv = stage(b, offset, n, search_only, stream, &staged);
     prepare_batch(n, stream);
     launch_parallel_pass(bv, search_only, stream);
+    // One wait for the counters and, for a staged batch, its outputs (needed again only if the
+    // slow path runs).
+    if (staged.out_bytes) copy_staged_outputs(staged, stream);
     read_counters(stream);
-    const auto slow0 = std::chrono::steady_clock::now();
     const bool slow = host_counters_.get()->pending != 0;
-    if (slow) slow_path(bv, stream);
-    const bool copy_out = b.memory != MemorySpace::kDevice;
-    if (copy_out) {
-      GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream));
-      if (b.values_out)
-        GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, bv.values_out,
-                                    n * dt_.value_width, cudaMemcpyDeviceToHost, stream));
+    double slow_seconds = 0;
+    if (slow) {
+      const auto slow0 = std::chrono::steady_clock::now();
+      slow_path(bv, stream);
+      slow_seconds = seconds_since(slow0);
+      if (staged.out_bytes) {
+        copy_staged_outputs(staged, stream);
+        read_counters(stream);
+      }
     }
-    // The final counters and the outputs: the batch is acknowledged after this. A batch in GPU
-    // memory that needed no slow path has both already.
-    if (slow || copy_out) read_counters(stream);
+    if (b.memory != MemorySpace::kDevice) {
+      if (staged.out_bytes) {
+        unpack_staged_outputs(b, offset, n, staged);
+      } else {
+        GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream));
+        if (b.values_out)
+          GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, bv.values_out,
+                                      n * dt_.value_width, cudaMemcpyDeviceToHost, stream));
+        // The final counters and the outputs: the batch is acknowledged after this.
+        read_counters(stream);
+      }
+    }
     stats_.last_plan_seconds = elapsed(start_, planned_);
     stats_.last_kernel_seconds = elapsed(planned_, ran_);
-    stats_.last_slow_seconds = seconds_since(slow0);
+    stats_.last_slow_seconds = slow_seconds;
     stats_.last_batch_device_seconds = stats_.last_plan_seconds + stats_.last_kernel_seconds + stats_.last_slow_seconds;
     items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_.get()->item_delta);
     if (dt_.has_heap) {
@@ -1032,6 +1097,8 @@ class GpuEngine final : public Engine {
   uint64_t free_count_ = 0, fresh_next_ = 0;
   DeviceBuffer<uint64_t> keys_;
   DeviceBuffer<std::byte> values_, out_, sort_temp_;
+  std::unique_ptr<PinnedBuffer<std::byte>> staged_in_, staged_out_;  // execute's small batches
+  DeviceBuffer<std::byte> device_in_, device_out_;
   DeviceBuffer<uint8_t> ops_, status_;
   DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
 #if GPHASH_CRASH_POINTS
