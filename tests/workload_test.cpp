@@ -481,7 +481,7 @@ std::vector<Op> generate_all(const WorkloadSpec& spec, size_t batch = 4096) {
 }
 
 struct TypeCounts {
-  uint64_t read = 0, update = 0, insert = 0, read_modify_write = 0;
+  uint64_t read = 0, update = 0, insert = 0, read_modify_write = 0, other = 0;
 };
 
 TypeCounts count_types(const std::vector<Op>& ops) {
@@ -492,6 +492,8 @@ TypeCounts count_types(const std::vector<Op>& ops) {
       case OpType::Update: ++counts.update; break;
       case OpType::Insert: ++counts.insert; break;
       case OpType::ReadModifyWrite: ++counts.read_modify_write; break;
+      case OpType::ReadAbsent:
+      case OpType::Delete: ++counts.other; break;
     }
   }
   return counts;
@@ -533,6 +535,7 @@ TEST(Workload, ReadUpdateMixesMatchYcsb) {
     for (const Op& op : ops) ASSERT_LT(op.record, 100'000U);
     const TypeCounts counts = count_types(ops);
     EXPECT_EQ(counts.insert, 0U);
+    EXPECT_EQ(counts.other, 0U);
     const auto fraction = [&](uint64_t count) {
       return static_cast<double>(count) / ops_per_workload;
     };
@@ -670,9 +673,39 @@ TEST(Workload, DefaultStreamsMatchRecordedTraceHashes) {
   }
 }
 
+TEST(Workload, MicroWorkloadsRunOneOperationTypeOnTheRightRecords) {
+  constexpr uint64_t records = 50'000;
+  const WorkloadSpec search{.workload = Workload::Search, .record_count = records, .operation_count = 100'000};
+  EXPECT_EQ(WorkloadGenerator(search).distribution(), KeyDistribution::Uniform);
+  std::vector<bool> seen(records);
+  for (const Op& op : generate_all(search)) {
+    ASSERT_EQ(op.type, OpType::Read);
+    ASSERT_LT(op.record, records);
+    seen[op.record] = true;
+  }
+  // Uniform over all records: 100K draws from 50K miss about e^-2 of them.
+  EXPECT_GT(std::count(seen.begin(), seen.end(), true), static_cast<long>(records * 8 / 10));
+
+  const WorkloadSpec update{.workload = Workload::Update, .record_count = records, .operation_count = 1000};
+  for (const Op& op : generate_all(update)) ASSERT_TRUE(op.type == OpType::Update && op.record < records);
+
+  const WorkloadSpec absent{.workload = Workload::NegativeSearch, .record_count = records, .operation_count = 1000};
+  for (const Op& op : generate_all(absent)) {
+    ASSERT_EQ(op.type, OpType::ReadAbsent);
+    ASSERT_GE(op.record, kAbsentRecordBase);  // never a record a run inserts
+    ASSERT_LT(op.record, kAbsentRecordBase + records);
+  }
+
+  // Delete removes each record once, and no more than exist.
+  const WorkloadSpec erase{.workload = Workload::Delete, .record_count = records, .operation_count = 3 * records};
+  const std::vector<Op> deletes = generate_all(erase);
+  ASSERT_EQ(deletes.size(), records);
+  for (uint64_t i = 0; i < records; ++i) ASSERT_TRUE(deletes[i].type == OpType::Delete && deletes[i].record == i);
+}
+
 TEST(Workload, ParsesNamesAndRejectsWorkloadE) {
-  for (const Workload workload :
-       {Workload::Load, Workload::A, Workload::B, Workload::C, Workload::D, Workload::F}) {
+  for (const Workload workload : {Workload::Load, Workload::A, Workload::B, Workload::C, Workload::D, Workload::F,
+                                  Workload::Search, Workload::NegativeSearch, Workload::Update, Workload::Delete}) {
     EXPECT_EQ(parse_workload(name(workload)), workload);
   }
   EXPECT_EQ(parse_workload("LOAD"), Workload::Load);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -50,6 +51,10 @@ OpenOptions options_of(const EngineFlags& f) {
   o.cache.fraction = f.cache_fraction;
   o.cache.gpu_bytes = f.cache_bytes;
   o.cache.reload_operations = f.cache_reload;
+  o.cache.values = f.cache_values == "on";
+  o.gpu_kernels = f.kernels == "thread"        ? GpuKernels::kThread
+                  : f.kernels == "warp-direct" ? GpuKernels::kWarpDirect
+                                               : GpuKernels::kWarp;
   return o;
 }
 
@@ -130,6 +135,7 @@ nlohmann::json to_json(const RunResult& r) {
           {"batch_p50_seconds", r.batch_percentile(0.50)},
           {"batch_p99_seconds", r.batch_percentile(0.99)},
           {"not_found", r.not_found},
+          {"found_absent", r.found_absent},
           {"bad_values", r.bad_values},
           {"failed_writes", r.failed_writes},
           {"items_after", r.items_after},
@@ -189,9 +195,9 @@ void print_results(const std::vector<RunResult>& results) {
       fmt::print("{:<9}BktCache hit rate {:.1f}% ({} of GPU memory)\n", r.workload, 100 * r.cache_hit_rate,
                  bytes(r.cache_gpu_bytes));
   for (const RunResult& r : results)
-    if (r.bad_values || r.failed_writes)
-      fmt::print("warning: {}: {} values failed their self-check, {} writes failed\n", r.workload, r.bad_values,
-                 r.failed_writes);
+    if (r.bad_values || r.failed_writes || r.found_absent)
+      fmt::print("warning: {}: {} values failed their self-check, {} writes failed, {} absent keys found\n", r.workload,
+                 r.bad_values, r.failed_writes, r.found_absent);
 }
 
 std::string cpu_model() {
@@ -319,6 +325,9 @@ int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& e
   for (size_t pos = 0; pos <= workloads.size();) {
     size_t comma = workloads.find(',', pos);
     if (comma == std::string::npos) comma = workloads.size();
+    if (!list.empty() && list.back() == workload::Workload::Delete)
+      throw Error(ErrorCode::kInvalidArgument, "bench: delete must come last in --workloads (it removes records "
+                                               "the other workloads would look for)");
     list.push_back(workload::parse_workload(workloads.substr(pos, comma - pos)));
     pos = comma + 1;
   }
@@ -362,7 +371,7 @@ int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& e
   TableInfo info = table.info();
   table.close();
   bool lost = false;
-  for (const RunResult& r : results) lost |= r.not_found || r.bad_values || r.failed_writes;
+  for (const RunResult& r : results) lost |= r.not_found || r.bad_values || r.failed_writes || r.found_absent;
   fmt::print("\npool: {} ({}, {} items, load factor {:.3f}, {} resizes, {} displacements)\n", info.path,
              bytes(info.pool_bytes), info.items, info.load_factor, info.resizes, info.displacements);
   if (info.shard_count)
@@ -430,6 +439,11 @@ void Cli::add_engine(CLI::App* app) {
                   "BktCache: GPU memory budget for the whole cache (0 = none)");
   options_.number(app, "--cache-reload", eng_.cache_reload, 1, uint64_t{1} << 40,
                   "BktCache: operations between loading phases (default 2097152)");
+  options_.choice(app, "--cache-values", eng_.cache_values, {"on", "off"},
+                  "BktCache: also cache the heap values of cached buckets (off: the paper's design; default on)");
+  options_.choice(app, "--kernels", eng_.kernels, {"warp", "warp-direct", "thread"},
+                  "GPU engine kernels (to measure the design): warp-cooperative through the tag mirror (default), "
+                  "warp-cooperative reading the slots, or one thread per operation (the naive port)");
   options_.number(app, "--max-pool-bytes", eng_.max_pool_bytes, 0, kMaxPoolBytes, "Limit the pool's size (0 = no limit)");
   options_.file_mode(app, "--mode", eng_.mode, "Permissions of a pool file this command creates (default 0600)");
   add_snapshot_options(app, options_, eng_.snapshots);
@@ -500,15 +514,18 @@ Cli::Cli() : app_("gphash: a persistent GPU hash index and key-value store.\n"
 
   bench_ = app_.add_subcommand("bench", "The main job: create a pool, load it, run YCSB A, B and C, report");
   options_.text(bench_, "--pool", bench_pool_, "Pool to create (replaced if it exists and is not in use)");
-  options_.text(bench_, "--workloads", workloads_, "Comma-separated: load first, then any of a,b,c,d,f")
+  options_.text(bench_, "--workloads", workloads_, "Comma-separated: load first, then any of a,b,c,d,f and the micro workloads search, negative-search, update, delete (last)")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             size_t pos = 0;
             for (int k = 0; pos <= text.size(); ++k) {
               size_t comma = std::min(text.find(',', pos), text.size());
               const std::string w = text.substr(pos, comma - pos);
-              if (k == 0 ? w != "load" : (w.size() != 1 || std::string("abcdf").find(w) == std::string::npos))
-                return "takes load first, then any of a,b,c,d,f, comma-separated (not '" + text + "')";
+              static const std::set<std::string> later = {"a",      "b",               "c",      "d",     "f",
+                                                          "search", "negative-search", "update", "delete"};
+              if (k == 0 ? w != "load" : !later.contains(w))
+                return "takes load first, then any of a,b,c,d,f,search,negative-search,update,delete, "
+                       "comma-separated (not '" + text + "')";
               pos = comma + 1;
             }
             return {};

@@ -50,10 +50,12 @@ struct EngineFlags {
   uint32_t shards = 0;  // --shards N: N shards, every one on GPU 0 (GPU engine)
   std::string devices;  // --devices 0,1: one shard per entry, on that GPU
   // BktCache (GPU engine, mapped placement).
-  std::string cache = "off";  // BktCache is off by default until a stale-read race is fixed (config.h)
+  std::string cache = "off";  // BktCache is off by default: it does not pay yet (config.h)
   double cache_fraction = 0.2;
   uint64_t cache_bytes = 0;
   uint64_t cache_reload = uint64_t{1} << 21;
+  std::string cache_values = "on";
+  std::string kernels = "warp";
 };
 
 // The shard list of --shards / --devices (OpenOptions::shards); throws CLI::ValidationError.

@@ -43,7 +43,7 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
       ops[n] = op;
       records[n] = record;
       workload::make_key(record, kw, &keys[n * kw]);
-      if (op != Op::kSearch) workload::make_value(record, version++, vw, &values[n * vw]);
+      if (op != Op::kSearch && op != Op::kErase) workload::make_value(record, version++, vw, &values[n * vw]);
       ++n;
     };
     for (size_t i = 0; i < got; ++i) {
@@ -56,6 +56,8 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
           add(Op::kSearch, w.record);
           add(Op::kUpdate, w.record);
           break;
+        case workload::OpType::ReadAbsent: add(Op::kSearch, w.record); break;
+        case workload::OpType::Delete: add(Op::kErase, w.record); break;
       }
     }
     Batch b;
@@ -67,16 +69,23 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
     b.values = values.data();
     b.values_out = out.data();
     b.status = status.data();
-    const auto t0 = Clock::now();
-    table.execute(b);
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    double dt = 0;
+    if (options.execute) {
+      dt = options.execute(table, b);
+    } else {
+      const auto t0 = Clock::now();
+      table.execute(b);
+      dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
     r.seconds += dt;
     r.batch_seconds.push_back(dt);
     r.device_seconds += table.info().last_batch_device_seconds;
     r.operations += got;
     r.table_ops += n;
     for (size_t i = 0; i < n; ++i) {
-      if (ops[i] == Op::kSearch) {
+      if (ops[i] == Op::kSearch && records[i] >= workload::kAbsentRecordBase) {
+        if (status[i] != OpStatus::kNotFound) ++r.found_absent;
+      } else if (ops[i] == Op::kSearch) {
         if (status[i] != OpStatus::kOk) {
           ++r.not_found;
         } else if (options.verify_values && !workload::check_value(records[i], &out[i * vw], vw, nullptr)) {

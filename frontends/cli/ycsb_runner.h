@@ -16,6 +16,9 @@ struct RunOptions {
   size_t batch_size = 1 << 16;
   bool verify_values = true;  // check every found value's self-check (records.h)
   std::function<void(uint64_t done, uint64_t total)> progress;
+  // Runs a batch in place of table.execute(batch) and returns the seconds it counts (a benchmark
+  // that moves the batch somewhere first, e.g. the CPU-assisted system of GPHash's evaluation).
+  std::function<double(Table& table, const Batch& batch)> execute;
 };
 
 struct RunResult {
@@ -28,6 +31,7 @@ struct RunResult {
   double device_seconds = 0;  // GPU engine: device time of the batches (kernels and copies)
   std::vector<double> batch_seconds;
   uint64_t not_found = 0;      // searches of records that exist but were not found
+  uint64_t found_absent = 0;   // negative searches that did not return kNotFound
   uint64_t bad_values = 0;     // found values that fail their self-check
   uint64_t failed_writes = 0;  // inserts and updates that did not return kOk
   uint64_t items_after = 0;

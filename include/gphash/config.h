@@ -79,10 +79,8 @@ enum class GpuKernels {
 // access statistics. The pool stays the one truth: writes go to it first, then to the copy.
 enum class CachePolicy { kOff, kLfu, kLru, kRandom };
 struct CacheOptions {
-  // Off by default: on 2026-11-24 two of gpu_cache_test's 32 cases (LRU, 32-byte heap values, a
-  // growing table) read a stale value and refused an insert as kExists on the H100; the cause is
-  // not found yet. The pool itself stays right (the cache is a copy), but a wrong read is not
-  // acceptable by default.
+  // Off by default because on the H100 it does not pay yet (README, "BktCache"). The stale reads
+  // once seen with it on were the GPU slow path's, with or without the cache, and are fixed.
   CachePolicy policy = CachePolicy::kOff;
   double fraction = 0.2;                      // of the table's buckets
   uint64_t gpu_bytes = 0;                     // a budget for all of the cache's GPU memory (0: none)

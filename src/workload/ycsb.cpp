@@ -43,6 +43,10 @@ OperationMix operation_mix(Workload workload) {
     case Workload::C: return {.read = 1.0};
     case Workload::D: return {.read = 0.95, .insert = 0.05};
     case Workload::F: return {.read = 0.5, .read_modify_write = 0.5};
+    case Workload::Search: return {.read = 1.0};
+    case Workload::NegativeSearch: return {.read_absent = 1.0};
+    case Workload::Update: return {.update = 1.0};
+    case Workload::Delete: return {.erase = 1.0};
   }
   throw std::invalid_argument("unknown Workload value; use one of the enumerators");
 }
@@ -55,6 +59,10 @@ KeyDistribution default_distribution(Workload workload) {
     case Workload::B:
     case Workload::C:
     case Workload::F: return KeyDistribution::Zipfian;
+    case Workload::Search:
+    case Workload::NegativeSearch:
+    case Workload::Update:
+    case Workload::Delete: return KeyDistribution::Uniform;
   }
   throw std::invalid_argument("unknown Workload value; use one of the enumerators");
 }
@@ -67,6 +75,10 @@ std::string_view name(Workload workload) {
     case Workload::C: return "c";
     case Workload::D: return "d";
     case Workload::F: return "f";
+    case Workload::Search: return "search";
+    case Workload::NegativeSearch: return "negative-search";
+    case Workload::Update: return "update";
+    case Workload::Delete: return "delete";
   }
   return "unknown";
 }
@@ -87,23 +99,25 @@ std::string_view name(OpType type) {
     case OpType::Update: return "update";
     case OpType::Insert: return "insert";
     case OpType::ReadModifyWrite: return "read-modify-write";
+    case OpType::ReadAbsent: return "read-absent";
+    case OpType::Delete: return "delete";
   }
   return "unknown";
 }
 
 Workload parse_workload(std::string_view text) {
   const std::string key = lower_case(text);
-  for (const Workload w :
-       {Workload::Load, Workload::A, Workload::B, Workload::C, Workload::D, Workload::F}) {
+  for (const Workload w : {Workload::Load, Workload::A, Workload::B, Workload::C, Workload::D, Workload::F,
+                           Workload::Search, Workload::NegativeSearch, Workload::Update, Workload::Delete}) {
     if (key == name(w)) return w;
   }
   if (key == "e") {
     throw std::invalid_argument(
         "YCSB workload E is a range scan, which a hash index cannot serve; choose one of "
-        "load, a, b, c, d, f");
+        "load, a, b, c, d, f (or a micro workload: search, negative-search, update, delete)");
   }
   throw std::invalid_argument("unknown workload '" + std::string(text) +
-                              "'; choose one of load, a, b, c, d, f");
+                              "'; choose one of load, a, b, c, d, f, search, negative-search, update, delete");
 }
 
 KeyDistribution parse_distribution(std::string_view text) {
@@ -123,13 +137,15 @@ WorkloadGenerator::WorkloadGenerator(const WorkloadSpec& spec)
       last_nonzero_type_(OpType::Read),
       rng_(spec.seed),
       records_now_(spec.workload == Workload::Load ? 0 : spec.record_count),
-      total_(spec.workload == Workload::Load ? spec.record_count : spec.operation_count) {
+      total_(spec.workload == Workload::Load     ? spec.record_count
+             : spec.workload == Workload::Delete ? std::min(spec.operation_count, spec.record_count)
+                                                 : spec.operation_count) {
   const OperationMix mix = operation_mix(spec.workload);
-  const double fractions[4] = {mix.read, mix.update, mix.insert, mix.read_modify_write};
-  const OpType types[4] = {OpType::Read, OpType::Update, OpType::Insert,
-                           OpType::ReadModifyWrite};
+  const double fractions[6] = {mix.read, mix.update, mix.insert, mix.read_modify_write, mix.read_absent, mix.erase};
+  const OpType types[6] = {OpType::Read,           OpType::Update,     OpType::Insert,
+                           OpType::ReadModifyWrite, OpType::ReadAbsent, OpType::Delete};
   double sum = 0.0;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 6; ++i) {
     sum += fractions[i];
     cumulative_mix_[i] = sum;
     if (fractions[i] > 0.0) last_nonzero_type_ = types[i];
@@ -146,6 +162,9 @@ WorkloadGenerator::WorkloadGenerator(const WorkloadSpec& spec)
         "); key generation reserves ids >= 2^63, so use smaller counts");
   }
   if (spec.workload == Workload::Load) return;  // LOAD inserts in order and chooses no keys
+  if (spec.workload == Workload::NegativeSearch && spec.record_count >= kAbsentRecordBase) {
+    throw std::invalid_argument("negative-search needs record_count below 2^62: its keys are records from 2^62 up");
+  }
 
   if (spec.record_count == 0) {
     throw std::invalid_argument(
@@ -179,6 +198,8 @@ size_t WorkloadGenerator::next(std::span<Op> out) {
 Op WorkloadGenerator::next_op() {
   if (spec_.workload == Workload::Load) return {OpType::Insert, records_now_++};
   const OpType type = choose_type();
+  if (type == OpType::Delete) return {type, next_deleted_++};
+  if (type == OpType::ReadAbsent) return {type, kAbsentRecordBase + rng_.below(records_now_)};
   if (type == OpType::Insert) {
     if (auto* latest = std::get_if<LatestChooser>(&chooser_)) latest->on_insert();
     return {type, records_now_++};
@@ -192,6 +213,8 @@ OpType WorkloadGenerator::choose_type() {
   if (u < cumulative_mix_[1]) return OpType::Update;
   if (u < cumulative_mix_[2]) return OpType::Insert;
   if (u < cumulative_mix_[3]) return OpType::ReadModifyWrite;
+  if (u < cumulative_mix_[4]) return OpType::ReadAbsent;
+  if (u < cumulative_mix_[5]) return OpType::Delete;
   return last_nonzero_type_;  // the fractions summed to just under 1 by rounding
 }
 

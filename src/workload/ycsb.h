@@ -1,4 +1,5 @@
-// YCSB core workloads as streams of operations on record ids.
+// YCSB core workloads, and the micro workloads of the GPHash paper (one operation type each), as
+// streams of operations on record ids.
 //
 // A record id is the YCSB "keynum": records 0 .. record_count-1 exist after LOAD, inserts
 // create record_count, record_count+1, ... Turn ids into key and value bytes with
@@ -17,7 +18,11 @@
 
 namespace gphash::workload {
 
-enum class Workload { Load, A, B, C, D, F };
+// Load (inserts of new records) is also the micro "insert". Search, Update and NegativeSearch
+// choose keys by the distribution (uniform by default); NegativeSearch's keys are records never
+// inserted. Delete erases existing records once each, in id order (random key order, since keys
+// are mixes of the ids), at most record_count of them; a run after it must not assume them.
+enum class Workload { Load, A, B, C, D, F, Search, NegativeSearch, Update, Delete };
 
 enum class KeyDistribution {
   Uniform,
@@ -26,7 +31,10 @@ enum class KeyDistribution {
   Latest,        // LatestChooser: recently inserted records are hottest
 };
 
-enum class OpType : uint8_t { Read, Update, Insert, ReadModifyWrite };
+enum class OpType : uint8_t { Read, Update, Insert, ReadModifyWrite, ReadAbsent, Delete };
+
+// The records of ReadAbsent start here: far above any count a run can insert (below 2^63).
+inline constexpr uint64_t kAbsentRecordBase = 1ULL << 62;
 
 struct Op {
   OpType type;
@@ -39,19 +47,23 @@ struct OperationMix {
   double update = 0.0;
   double insert = 0.0;
   double read_modify_write = 0.0;
+  double read_absent = 0.0;
+  double erase = 0.0;
 };
 
 // YCSB's core workload mixes: LOAD insert 1; A read .5 update .5; B read .95 update .05;
-// C read 1; D read .95 insert .05; F read .5 read-modify-write .5.
+// C read 1; D read .95 insert .05; F read .5 read-modify-write .5; the micro workloads one type.
 OperationMix operation_mix(Workload workload);
-// Latest for D, Zipfian for the others (LOAD chooses no keys; it reports Uniform).
+// Latest for D, Zipfian for A, B, C, F, Uniform for the micro workloads (LOAD and Delete choose
+// no keys; they report Uniform).
 KeyDistribution default_distribution(Workload workload);
 
-// Lower-case names that parse back: "load", "a", "b", "c", "d", "f".
+// Lower-case names that parse back: "load", "a", "b", "c", "d", "f", "search", "negative-search",
+// "update", "delete".
 std::string_view name(Workload workload);
 // "uniform", "zipfian", "zipfian-exact", "latest".
 std::string_view name(KeyDistribution distribution);
-// "read", "update", "insert", "read-modify-write".
+// "read", "update", "insert", "read-modify-write", "read-absent", "delete".
 std::string_view name(OpType type);
 
 // Case-insensitive. Throws std::invalid_argument naming the accepted values; for "e" the
@@ -65,7 +77,8 @@ struct WorkloadSpec {
   // Records that exist before the run (for LOAD: records to insert). Must be >= 1 for
   // every workload but LOAD, and record ids must stay below 2^63 (see records.h).
   uint64_t record_count = 0;
-  // Operations to generate; ignored by LOAD, which generates record_count inserts.
+  // Operations to generate; ignored by LOAD, which generates record_count inserts (Delete
+  // generates at most record_count).
   uint64_t operation_count = 0;
   // Empty: default_distribution(workload).
   std::optional<KeyDistribution> distribution = std::nullopt;
@@ -108,12 +121,13 @@ class WorkloadGenerator {
 
   WorkloadSpec spec_;
   KeyDistribution distribution_;
-  // Cumulative fractions read, +update, +insert, +read-modify-write.
-  double cumulative_mix_[4];
+  // Cumulative fractions read, +update, +insert, +read-modify-write, +read-absent, +delete.
+  double cumulative_mix_[6];
   OpType last_nonzero_type_;
   Rng rng_;
   std::variant<std::monostate, ScrambledZipfian, ZipfExact, LatestChooser> chooser_;
   uint64_t records_now_;
+  uint64_t next_deleted_ = 0;
   uint64_t generated_ = 0;
   uint64_t total_;
 };
