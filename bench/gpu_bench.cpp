@@ -10,6 +10,8 @@
 //   cache     BktCache: YCSB LOAD, C, B, A on a host-mapped table, by cache size and policy (opt in)
 //   resize    resize time against table size
 //   recovery  recovery time against pool size, GPU and CPU engine
+//   assisted  the CPU-assisted system: a GPU batch served by the CPU engine (GPHash or HMEH index),
+//             keys and results crossing PCIe (opt in)
 #include <cuda_runtime.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -23,8 +25,10 @@
 #include <bit>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_kernels.h"
@@ -405,6 +409,108 @@ json section_resize(uint64_t items, size_t batch, Placement placement) {
   return rows;
 }
 
+// ---- assisted: the CPU-assisted system of GPHash's evaluation -------------------------------
+// A GPU application's batch (in GPU memory) is served by a CPU index: its operations, keys and
+// (for writes) values cross PCIe to pinned host memory, the CPU engine runs it on all cores, and
+// its statuses and (for reads) values cross back. End to end counts both copies and the index;
+// the index alone counts Table::execute. Placing the batch in GPU memory first is not counted:
+// that is where the application's keys are.
+class AssistedExecutor {
+ public:
+  AssistedExecutor(size_t n, uint32_t kw, uint32_t vw) : kw_(kw), vw_(vw), d_ops_(n), d_keys_(n * kw), d_values_(n * vw),
+                                                         d_out_(n * vw), d_status_(n) {
+    check(cudaHostAlloc(&h_, n * (1 + kw + 2 * vw + 1), cudaHostAllocDefault), "cudaHostAlloc");
+    h_ops_ = reinterpret_cast<Op*>(h_), h_keys_ = h_ + n, h_values_ = h_keys_ + n * kw, h_out_ = h_values_ + n * vw;
+    h_status_ = reinterpret_cast<OpStatus*>(h_out_ + n * vw);
+  }
+  ~AssistedExecutor() { cudaFreeHost(h_); }
+  AssistedExecutor(const AssistedExecutor&) = delete;
+  AssistedExecutor& operator=(const AssistedExecutor&) = delete;
+
+  double index_seconds = 0;
+
+  double operator()(Table& t, const Batch& b) {
+    const size_t n = b.size;
+    bool writes = false, reads = false;
+    for (size_t i = 0; i < n; ++i) (b.ops[i] == Op::kSearch ? reads : writes) = true;
+    check(cudaMemcpy(d_ops_.ptr, b.ops, n, cudaMemcpyHostToDevice), "ops");
+    check(cudaMemcpy(d_keys_.ptr, b.keys, n * kw_, cudaMemcpyHostToDevice), "keys");
+    if (writes) check(cudaMemcpy(d_values_.ptr, b.values, n * vw_, cudaMemcpyHostToDevice), "values");
+    const auto t0 = std::chrono::steady_clock::now();
+    check(cudaMemcpy(h_ops_, d_ops_.ptr, n, cudaMemcpyDeviceToHost), "ops");
+    check(cudaMemcpy(h_keys_, d_keys_.ptr, n * kw_, cudaMemcpyDeviceToHost), "keys");
+    if (writes) check(cudaMemcpy(h_values_, d_values_.ptr, n * vw_, cudaMemcpyDeviceToHost), "values");
+    Batch hb = b;
+    hb.ops = h_ops_, hb.keys = h_keys_, hb.values = h_values_, hb.values_out = h_out_, hb.status = h_status_;
+    const auto i0 = std::chrono::steady_clock::now();
+    t.execute(hb);
+    index_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - i0).count();
+    check(cudaMemcpy(d_status_.ptr, h_status_, n, cudaMemcpyHostToDevice), "status");
+    if (reads) check(cudaMemcpy(d_out_.ptr, h_out_, n * vw_, cudaMemcpyHostToDevice), "values out");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The caller verifies the results from its own arrays (not counted).
+    std::memcpy(b.status, h_status_, n);
+    if (reads) std::memcpy(b.values_out, h_out_, n * vw_);
+    return seconds;
+  }
+
+ private:
+  uint32_t kw_, vw_;
+  DeviceArray<uint8_t> d_ops_, d_keys_, d_values_, d_out_, d_status_;
+  std::byte* h_ = nullptr;
+  Op* h_ops_ = nullptr;
+  std::byte *h_keys_ = nullptr, *h_values_ = nullptr, *h_out_ = nullptr;
+  OpStatus* h_status_ = nullptr;
+};
+
+json section_assisted(const std::string& index, uint64_t records, uint64_t operations, size_t batch, uint32_t kw,
+                      uint32_t vw, const std::string& workloads) {
+  const std::string pool = "/dev/shm/gphash-bench-assisted";
+  TableConfig config{.key_width = kw, .value_width = vw, .capacity = std::max<uint64_t>(1024, records / 16)};
+  if (index == "hmeh") config.index = IndexKind::kHmeh;
+  OpenOptions o;  // the CPU engine on all cores
+  o.replace = true;
+  Table t = Table::create(pool, config, o);
+  // A read-modify-write is two table operations: room for twice the batch.
+  AssistedExecutor executor(2 * batch, kw, vw);
+  cli::RunOptions ro;
+  ro.batch_size = batch;
+  ro.execute = [&](Table& table, const Batch& b) { return executor(table, b); };
+  json rows = json::array();
+  uint64_t records_now = 0;
+  for (size_t pos = 0; pos <= workloads.size();) {
+    const size_t comma = std::min(workloads.find(',', pos), workloads.size());
+    const workload::Workload w = workload::parse_workload(workloads.substr(pos, comma - pos));
+    pos = comma + 1;
+    workload::WorkloadSpec spec{w, w == workload::Workload::Load ? records : records_now, operations, std::nullopt, 0.99,
+                                1 + rows.size()};
+    executor.index_seconds = 0;
+    const cli::RunResult r = cli::run_workload(t, spec, ro);
+    records_now = t.size();
+    const double e2e = r.ops_per_second(), alone = r.operations / executor.index_seconds;
+    say(fmt::format("assisted ({}): {:<16} end to end {:>7.2f} M/s, index alone {:>7.2f} M/s; not found {}, bad values "
+                    "{}, failed writes {}, absent found {}",
+                    index, r.workload, e2e / 1e6, alone / 1e6, r.not_found, r.bad_values, r.failed_writes,
+                    r.found_absent));
+    rows.push_back({{"workload", r.workload},
+                    {"distribution", r.distribution},
+                    {"operations", r.operations},
+                    {"ops_per_second", e2e},
+                    {"index_ops_per_second", alone},
+                    {"batch_p50_seconds", r.batch_percentile(0.5)},
+                    {"batch_p99_seconds", r.batch_percentile(0.99)},
+                    {"not_found", r.not_found},
+                    {"bad_values", r.bad_values},
+                    {"failed_writes", r.failed_writes},
+                    {"found_absent", r.found_absent},
+                    {"load_factor_after", r.load_factor_after}});
+  }
+  t.close();
+  std::remove(pool.c_str());
+  return {{"index", index}, {"records", records}, {"batch", batch}, {"key_width", kw}, {"value_width", vw},
+          {"threads", std::thread::hardware_concurrency()}, {"results", rows}};
+}
+
 // ---- recovery: time against pool size ------------------------------------------------------
 // A child process loads the pool and exits without closing it: the pool is left dirty.
 void make_dirty(const std::string& self, const std::string& pool, uint64_t items, bool gpu) {
@@ -479,6 +585,11 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> cache_values = {32, 128};
   std::vector<size_t> cache_batches = {size_t{1} << 16, size_t{1} << 20};
   bool quick = false;
+  std::string assisted_index = "gphash", assisted_workloads = "load,search,negative-search,update,a,b,c,f,delete";
+  uint64_t assisted_operations = 0;
+  app.add_option("--assisted-index", assisted_index, "assisted: the CPU index (gphash or hmeh)")->capture_default_str();
+  app.add_option("--assisted-workloads", assisted_workloads)->capture_default_str();
+  app.add_option("--assisted-operations", assisted_operations, "assisted: operations per workload (0 = records)");
   app.add_option("--cache-value-widths", cache_values)->capture_default_str();
   app.add_option("--cache-batches", cache_batches)->capture_default_str();
   app.add_option("--sections", sections, "Comma-separated sections")->capture_default_str();
@@ -524,6 +635,9 @@ int main(int argc, char** argv) {
       results["resize_mapped"] = section_resize(resize_items / 4, batch, gphash::Placement::kHostMapped);
     }
     if (has("recovery")) results["recovery"] = section_recovery(argv[0], recovery_sizes);
+    if (has("assisted"))
+      results["assisted"] = section_assisted(assisted_index, ycsb_records, assisted_operations ? assisted_operations : ycsb_records,
+                                             ycsb_batch, ycsb_key, ycsb_value, assisted_workloads);
   } catch (const std::exception& e) {
     say(fmt::format("FAILED: {}", e.what()));
     results["error"] = e.what();

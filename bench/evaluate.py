@@ -1,0 +1,477 @@
+#!/usr/bin/env python3
+"""GPHash's evaluation (paper section 4), every system side by side in one run.
+
+    evaluate.py run    --build-dir build --out DIR [--size quick|medium|paper] [--parts ...]
+    evaluate.py report DIR        (plots and report.md from DIR/results.json; run does it too)
+
+Each measurement is one process: `gphash bench` for the systems built on gphash's engines, and
+`gpu_bench --sections assisted` for the CPU-assisted ones (a GPU batch served by a CPU index, keys
+and results crossing PCIe). Results go to DIR/results.json after every run, so a run cut short
+keeps what it measured; DIR/logs/ holds each process's output. Without a GPU only the CPU systems
+run. Plots need matplotlib; without it `report` writes the markdown alone and says so.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# name: (what it is, `gphash bench` flags or None for the assisted ones, needs a GPU)
+SYSTEMS = {
+    "gpu-mapped": ("GPHash on the GPU, table in host-mapped persistent memory, no cache",
+                   ["--engine", "gpu", "--placement", "mapped"], True),
+    "gpu-bktcache": ("... with BktCache as in the paper (LFU, 20% of the buckets; values stay in host memory)",
+                     ["--engine", "gpu", "--placement", "mapped", "--cache", "lfu", "--cache-values", "off"], True),
+    "gpu-bktcache-values": ("... with BktCache caching the hot buckets' values too (beyond the paper)",
+                            ["--engine", "gpu", "--placement", "mapped", "--cache", "lfu"], True),
+    "gpu-memory": ("GPHash on the GPU, table in GPU memory (volatile; the upper bound)",
+                   ["--engine", "gpu", "--placement", "gpu-memory"], True),
+    "gpu-naive": ("the naive port: one GPU thread per operation, host-mapped (Clevel-GPM-like)",
+                  ["--engine", "gpu", "--placement", "mapped", "--kernels", "thread"], True),
+    "cpu-assisted-gphash": ("CPU-assisted: keys over PCIe to the GPHash CPU engine on all cores, results back",
+                            None, True),
+    "cpu-assisted-hmeh": ("CPU-assisted: keys over PCIe to HMEH on all cores, results back", None, True),
+    "cpu-gphash": ("the GPHash CPU engine alone, all cores (no PCIe)", ["--engine", "cpu"], False),
+    "cpu-hmeh": ("HMEH alone, all cores (no PCIe)", ["--engine", "cpu", "--index", "hmeh"], False),
+}
+
+SIZES = {  # records loaded, operations per micro workload, per YCSB workload, batch sizes (log2)
+    "quick": dict(records=200_000, micro_ops=200_000, ycsb_ops=200_000, batches=range(10, 17, 2)),
+    "medium": dict(records=4_000_000, micro_ops=4_000_000, ycsb_ops=8_000_000, batches=range(10, 23, 2)),
+    "paper": dict(records=16_000_000, micro_ops=16_000_000, ycsb_ops=64_000_000, batches=range(10, 23)),
+}
+MICRO = ["load", "search", "negative-search", "update", "delete"]
+YCSB = ["load", "a", "b", "c", "d", "f"]
+PARTS = ["micro", "ycsb", "batch", "factor", "cache", "skew", "keys", "shape", "resize-recovery"]
+VALUE_WIDTH = 128  # the paper's values
+BATCH = 1 << 16
+
+
+def has_gpu() -> bool:
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def environment(build: Path) -> dict:
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "host": platform.node(), "cpu": "unknown", "cores": os.cpu_count()}
+    try:
+        env["cpu"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                       cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        pass
+    if has_gpu():
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                           capture_output=True, text=True).stdout.strip().splitlines()[0]
+        env["gpu"], env["driver"], env["gpu_memory"] = [x.strip() for x in q.split(",")]
+        head = subprocess.run(["nvidia-smi"], capture_output=True, text=True).stdout
+        if "CUDA Version:" in head:
+            env["cuda_driver_api"] = head.split("CUDA Version:")[1].split()[0]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+        env["nvcc"] = out.strip().splitlines()[-1] if out else None
+    return env
+
+
+class Runner:
+    def __init__(self, build: Path, out: Path, size: str, gpu: bool, pool_dir: str):
+        self.gphash = build / "gphash"
+        self.gpu_bench = build / "bench" / "gpu_bench"
+        self.out, self.size, self.gpu, self.pool = out, SIZES[size], gpu, f"{pool_dir}/gphash-evaluate"
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        path = out / "results.json"
+        self.doc = json.loads(path.read_text()) if path.exists() else {"runs": []}
+        self.doc.update(size=size, sizes={k: list(v) if isinstance(v, range) else v for k, v in self.size.items()},
+                        value_width=VALUE_WIDTH, environment=environment(build), systems={k: v[0] for k, v in SYSTEMS.items()})
+
+    def save(self):
+        (self.out / "results.json").write_text(json.dumps(self.doc, indent=1))
+
+    def usable(self, system: str, key_width: int) -> bool:
+        _, flags, needs_gpu = SYSTEMS[system]
+        if needs_gpu and not self.gpu:
+            return False
+        return not (system.endswith("hmeh") and key_width not in (8, 16))  # HMEH: 8- or 16-byte keys
+
+    def run(self, part: str, system: str, workloads: list[str], key_width: int = 8, records: int | None = None,
+            operations: int | None = None, batch: int = BATCH, extra: list[str] | None = None, **params):
+        records = records or self.size["records"]
+        operations = operations or self.size["micro_ops"]
+        tag = "_".join([part, system, str(key_width), str(batch)] + [f"{k}{v}" for k, v in params.items()])
+        tag += "_" + "-".join(x.lstrip("-") for x in (extra or []))
+        log, js = self.out / "logs" / f"{tag}.txt", self.out / "logs" / f"{tag}.json"
+        flags = SYSTEMS[system][1]
+        if flags is None:  # CPU-assisted: gpu_bench's assisted section
+            cmd = [str(self.gpu_bench), "--sections", "assisted", "--assisted-index", system.rsplit("-", 1)[1],
+                   "--assisted-workloads", ",".join(workloads), "--ycsb-records", str(records),
+                   "--assisted-operations", str(operations), "--ycsb-batch", str(batch), "--ycsb-key-width",
+                   str(key_width), "--ycsb-value-width", str(VALUE_WIDTH), "--json", str(js)]
+        else:
+            cmd = [str(self.gphash), "bench", "--pool", self.pool, "--no-progress", "--workloads", ",".join(workloads),
+                   "--key-width", str(key_width), "--value-width", str(VALUE_WIDTH), "--records", str(records),
+                   "--operations", str(operations), "--batch", str(batch), "--json", str(js)] + flags + (extra or [])
+        t0 = time.time()
+        with open(log, "w") as f:
+            f.write(" ".join(cmd) + "\n")
+            f.flush()
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        for leftover in Path(self.pool).parent.glob(Path(self.pool).name + "*"):
+            leftover.unlink()
+        entry = {"part": part, "system": system, "key_width": key_width, "records": records, "operations": operations,
+                 "batch": batch, "extra": extra or [], "params": params, "rc": rc, "seconds": round(time.time() - t0, 1),
+                 "log": str(log.relative_to(self.out))}
+        try:
+            doc = json.loads(js.read_text())
+            entry["results"] = doc["assisted"]["results"] if flags is None else doc["results"]
+            if flags is not None:
+                entry["load_factor"] = doc["table"]["load_factor"]
+            js.unlink()
+        except (OSError, KeyError, ValueError) as e:
+            entry["error"] = f"no results ({e}); see {entry['log']}"
+        if rc != 0:  # 1: gphash bench saw a lost or wrong result; it is recorded, not hidden
+            entry["error"] = entry.get("error", "") + f" exit status {rc}"
+        print(f"  {part:<15} {system:<20} k{key_width:<2} batch {batch:<8} {params or ''} {extra or ''}"
+              f" -> {'ok' if rc == 0 else entry['error']} ({entry['seconds']} s)", flush=True)
+        self.doc["runs"].append(entry)
+        self.save()
+        return entry
+
+
+def run_parts(r: Runner, parts: list[str], systems: list[str]):
+    size = r.size
+    if "micro" in parts:  # GPHash figures 8-9: each operation alone, 8- and 32-byte keys
+        for kw in (8, 32):
+            for s in systems:
+                if r.usable(s, kw):
+                    r.run("micro", s, MICRO, key_width=kw)
+    if "ycsb" in parts:  # figure 10: YCSB with its default distributions (Zipfian 0.99, D latest)
+        for s in systems:
+            if r.usable(s, 8):
+                r.run("ycsb", s, YCSB, operations=size["ycsb_ops"])
+    if "batch" in parts:  # throughput and batch latency against batch size, end to end and device time
+        for s in ("gpu-mapped", "gpu-memory", "cpu-assisted-gphash", "cpu-gphash"):
+            if s in systems and r.usable(s, 8):
+                for lg in size["batches"]:
+                    b = 1 << lg
+                    r.run("batch", s, ["load", "c", "a"], batch=b, records=max(size["records"], b),
+                          operations=max(size["micro_ops"] // 4, 4 * b))
+    if not r.gpu:
+        return
+    if "factor" in parts:  # naive port, + warp cooperation, + tag mirror, + cache
+        for name, extra, system in (("naive", ["--kernels", "thread"], "gpu-mapped"),
+                                    ("+warp", ["--kernels", "warp-direct"], "gpu-mapped"),
+                                    ("+tag mirror", [], "gpu-mapped"),
+                                    ("+BktCache", [], "gpu-bktcache"),
+                                    ("+cached values", [], "gpu-bktcache-values")):
+            r.run("factor", system, ["load", "c", "a"], operations=size["ycsb_ops"], extra=extra, step=name)
+    if "cache" in parts:  # cache policy and size, Zipfian 0.99
+        for policy in ("lfu", "lru", "random"):
+            for fraction in (0.05, 0.1, 0.2, 0.4):
+                r.run("cache", "gpu-bktcache-values", ["load", "c", "b"], operations=size["ycsb_ops"],
+                      extra=["--cache", policy, "--cache-fraction", str(fraction)], policy=policy, fraction=fraction)
+    if "skew" in parts:  # exact Zipf, so that theta >= 1 is possible
+        for theta in (0.5, 0.7, 0.9, 0.99, 1.1, 1.2):
+            for s in ("gpu-mapped", "gpu-bktcache", "gpu-bktcache-values", "gpu-memory"):
+                r.run("skew", s, ["load", "c"], operations=size["ycsb_ops"],
+                      extra=["--distribution", "zipfian-exact", "--theta", str(theta)], theta=theta)
+    if "keys" in parts:
+        for kw in (8, 16, 32):
+            for s in ("gpu-mapped", "gpu-memory"):
+                r.run("keys", s, ["load", "c", "a"], key_width=kw, operations=size["ycsb_ops"])
+    if "shape" in parts:
+        for shape in ("2L-2H-8S", "4L-2H-4S", "1L-4H-8S"):
+            r.run("shape", "gpu-mapped", ["load", "c", "a"], operations=size["ycsb_ops"], extra=["--shape", shape],
+                  shape=shape)
+    if "resize-recovery" in parts:
+        log, js = r.out / "logs" / "resize_recovery.txt", r.out / "logs" / "resize_recovery.json"
+        n = size["records"]
+        cmd = [str(r.gpu_bench), "--sections", "resize,recovery", "--resize-items", str(4 * n), "--batch", str(1 << 20),
+               "--recovery-sizes", str(n // 16), str(n // 4), str(n), "--json", str(js)]
+        t0 = time.time()
+        with open(log, "w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        entry = {"part": "resize-recovery", "rc": rc, "seconds": round(time.time() - t0, 1), "log": str(log.relative_to(r.out))}
+        try:
+            entry["results"] = json.loads(js.read_text())
+        except (OSError, ValueError) as e:
+            entry["error"] = f"no results ({e})"
+        print(f"  resize-recovery -> rc {rc} ({entry['seconds']} s)", flush=True)
+        r.doc["runs"].append(entry)
+        r.save()
+
+
+# ---- report ----------------------------------------------------------------------------------
+
+def mops(x):
+    return x / 1e6 if x else 0.0
+
+
+def rows_of(doc, part):
+    return [e for e in doc["runs"] if e["part"] == part and "results" in e]
+
+
+def result(entry, workload):
+    return next((x for x in entry["results"] if x["workload"] == workload), None)
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def report(out: Path):
+    doc = json.loads((out / "results.json").read_text())
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
+    env = doc.get("environment", {})
+    md = [f"# GPHash evaluation ({doc.get('size')} size)", ""]
+    md += [f"- GPU: {env.get('gpu', 'none')} (driver {env.get('driver', '-')}, CUDA {env.get('cuda_driver_api', '-')}; "
+           f"{env.get('nvcc', 'no nvcc')})",
+           f"- CPU: {env.get('cpu')} ({env.get('cores')} hardware threads); date {env.get('date')}; commit "
+           f"{env.get('commit', '?')}",
+           f"- {doc['sizes']['records']:,} records loaded; {VALUE_WIDTH}-byte values; batches of {BATCH:,} unless "
+           "stated. Rates are operations over the time inside the batch calls, end to end: keys, values and results "
+           "cross PCIe for every GPU system, and a CPU-assisted system's batch starts and ends in GPU memory.",
+           "- Every figure below comes from this one run; ratios compare systems measured minutes apart on the "
+           "same machine.", ""]
+    md += ["## Systems", ""] + [f"- `{k}`: {v}" for k, v in doc["systems"].items()] + [""]
+    failures = [e for e in doc["runs"] if "error" in e]
+    if failures:
+        md += ["## Runs that failed or saw a wrong result", ""]
+        md += [f"- {e['part']} {e.get('system', '')} k{e.get('key_width', '')}: {e['error']}" for e in failures] + [""]
+
+    def bars(part, workloads, key_width, title, fname):
+        entries = [e for e in rows_of(doc, part) if e["key_width"] == key_width]
+        if not entries:
+            return
+        names = [e["system"] for e in entries]
+        header = ["workload"] + names
+        ref = next((e for e in entries if e["system"] == "cpu-assisted-gphash"), None)
+        rows = []
+        for w in workloads:
+            row = [w]
+            for e in entries:
+                x = result(e, w)
+                row.append(f"{mops(x['ops_per_second']):.1f}" if x else "-")
+            rows.append(row)
+        md.extend([f"## {title}", "", "M operations/s, end to end:", "", table(header, rows), ""])
+        if ref:
+            rrows = []
+            for w in workloads:
+                base = result(ref, w)
+                row = [w]
+                for e in entries:
+                    x = result(e, w)
+                    row.append(f"{x['ops_per_second'] / base['ops_per_second']:.2f}x" if x and base and base["ops_per_second"] else "-")
+                rrows.append(row)
+            md.extend(["Against the CPU-assisted GPHash CPU engine:", "", table(header, rrows), ""])
+        if plt:
+            fig, ax = plt.subplots(figsize=(11, 4.5))
+            width = 0.8 / len(entries)
+            for i, e in enumerate(entries):
+                ys = [mops((result(e, w) or {}).get("ops_per_second", 0)) for w in workloads]
+                ax.bar([j + i * width for j in range(len(workloads))], ys, width, label=e["system"])
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(workloads))], workloads)
+            ax.set_ylabel("M operations/s (end to end)")
+            ax.set_title(f"{title} — {env.get('gpu', 'CPU only')}")
+            ax.legend(fontsize=8, ncol=3)
+            ax.grid(axis="y", alpha=0.3)
+            fig.tight_layout()
+            fig.savefig(out / fname, dpi=110)
+            plt.close(fig)
+            md.extend([f"![{title}]({fname})", ""])
+
+    bars("micro", MICRO, 8, "Micro-benchmarks, 8-byte keys", "micro_k8.png")
+    bars("micro", MICRO, 32, "Micro-benchmarks, 32-byte keys", "micro_k32.png")
+    bars("ycsb", YCSB, 8, "YCSB (Zipfian 0.99; D: latest), 8-byte keys", "ycsb.png")
+
+    batch = rows_of(doc, "batch")
+    if batch:
+        md += ["## Batch size: throughput and batch latency (YCSB C and A)", ""]
+        header = ["system", "batch", "C M/s", "C device M/s", "C p50 ms", "C p99 ms", "A M/s", "A p99 ms"]
+        rows = []
+        for e in batch:
+            c, a = result(e, "c"), result(e, "a")
+            rows.append([e["system"], e["batch"], f"{mops(c['ops_per_second']):.2f}",
+                         f"{mops(c.get('device_ops_per_second') or 0):.2f}" if c.get("device_ops_per_second") else "-",
+                         f"{1e3 * c['batch_p50_seconds']:.3f}", f"{1e3 * c['batch_p99_seconds']:.3f}",
+                         f"{mops(a['ops_per_second']):.2f}", f"{1e3 * a['batch_p99_seconds']:.3f}"])
+        md += [table(header, rows), ""]
+        if plt:
+            fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+            for s in dict.fromkeys(e["system"] for e in batch):
+                es = [e for e in batch if e["system"] == s]
+                xs = [e["batch"] for e in es]
+                ax1.plot(xs, [mops(result(e, "c")["ops_per_second"]) for e in es], "o-", label=f"{s} C")
+                dev = [mops(result(e, "c").get("device_ops_per_second") or 0) for e in es]
+                if any(dev):
+                    ax1.plot(xs, dev, "x--", label=f"{s} C, device time")
+                ax2.plot(xs, [1e3 * result(e, "c")["batch_p50_seconds"] for e in es], "o-", label=f"{s} p50")
+                ax2.plot(xs, [1e3 * result(e, "c")["batch_p99_seconds"] for e in es], "x--", label=f"{s} p99")
+            for ax in (ax1, ax2):
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("operations per batch")
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=7)
+            ax1.set_yscale("log")
+            ax1.set_ylabel("M operations/s (YCSB C)")
+            ax2.set_yscale("log")
+            ax2.set_ylabel("batch latency, ms (YCSB C)")
+            fig.suptitle(f"Throughput and latency against batch size — {env.get('gpu', 'CPU only')}")
+            fig.tight_layout()
+            fig.savefig(out / "batch.png", dpi=110)
+            plt.close(fig)
+            md += ["![batch](batch.png)", ""]
+
+    factor = rows_of(doc, "factor")
+    if factor:
+        base = {w: (result(factor[0], w) or {}).get("ops_per_second") for w in ("load", "c", "a")}
+        header = ["step", "LOAD M/s", "C M/s", "A M/s", "C vs naive", "A vs naive", "C hit rate"]
+        rows = []
+        for e in factor:
+            l, c, a = (result(e, w) for w in ("load", "c", "a"))
+            hit = c.get("cache_hit_rate")
+            rows.append([e["params"]["step"], f"{mops(l['ops_per_second']):.1f}", f"{mops(c['ops_per_second']):.1f}",
+                         f"{mops(a['ops_per_second']):.1f}", f"{c['ops_per_second'] / base['c']:.2f}x" if base["c"] else "-",
+                         f"{a['ops_per_second'] / base['a']:.2f}x" if base["a"] else "-",
+                         f"{100 * hit:.0f}%" if hit is not None else "-"])
+        md += ["## Factor analysis (host-mapped, YCSB Zipfian 0.99)", "",
+               "In-place keys are not a step here: gphash always keeps keys in the slots.", "", table(header, rows), ""]
+
+    cache = rows_of(doc, "cache")
+    if cache:
+        md += ["## Cache policy and size (YCSB C and B, Zipfian 0.99)", ""]
+        header = ["policy", "fraction", "C M/s", "C hit rate", "B M/s", "B hit rate", "cache GPU MiB"]
+        rows = [[e["params"]["policy"], e["params"]["fraction"], f"{mops(result(e, 'c')['ops_per_second']):.1f}",
+                 f"{100 * (result(e, 'c').get('cache_hit_rate') or 0):.0f}%", f"{mops(result(e, 'b')['ops_per_second']):.1f}",
+                 f"{100 * (result(e, 'b').get('cache_hit_rate') or 0):.0f}%",
+                 f"{result(e, 'c').get('cache_gpu_bytes', 0) / 2**20:.0f}"] for e in cache]
+        md += [table(header, rows), ""]
+        if plt:
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for policy in dict.fromkeys(e["params"]["policy"] for e in cache):
+                es = [e for e in cache if e["params"]["policy"] == policy]
+                ax.plot([e["params"]["fraction"] for e in es], [mops(result(e, "c")["ops_per_second"]) for e in es], "o-",
+                        label=policy)
+            nocache = next((e for e in rows_of(doc, "factor") if e["params"]["step"] == "+tag mirror"), None)
+            if nocache:
+                ax.axhline(mops(result(nocache, "c")["ops_per_second"]), color="gray", ls="--", label="no cache")
+            ax.set_xlabel("share of buckets cached")
+            ax.set_ylabel("M operations/s (YCSB C)")
+            ax.set_title(f"BktCache policy and size — {env.get('gpu')}")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(out / "cache.png", dpi=110)
+            plt.close(fig)
+            md += ["![cache](cache.png)", ""]
+
+    skew = rows_of(doc, "skew")
+    if skew:
+        thetas = sorted(dict.fromkeys(e["params"]["theta"] for e in skew))
+        systems = list(dict.fromkeys(e["system"] for e in skew))
+        rows = [[t] + [f"{mops(result(e, 'c')['ops_per_second']):.1f}" for s in systems for e in skew
+                       if e["system"] == s and e["params"]["theta"] == t] for t in thetas]
+        md += ["## Skew (YCSB C, exact Zipf)", "", "M operations/s:", "", table(["theta"] + systems, rows), ""]
+        if plt:
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            for s in systems:
+                es = [e for e in skew if e["system"] == s]
+                ax.plot([e["params"]["theta"] for e in es], [mops(result(e, "c")["ops_per_second"]) for e in es], "o-", label=s)
+            ax.set_xlabel("Zipf exponent")
+            ax.set_ylabel("M operations/s (YCSB C)")
+            ax.set_yscale("log")
+            ax.set_title(f"Skew — {env.get('gpu')}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            fig.savefig(out / "skew.png", dpi=110)
+            plt.close(fig)
+            md += ["![skew](skew.png)", ""]
+
+    for part, title, key in (("keys", "Key size", "key_width"), ("shape", "Table shape", "shape")):
+        entries = rows_of(doc, part)
+        if entries:
+            rows = [[e["system"], e["key_width"] if key == "key_width" else e["params"]["shape"]] +
+                    [f"{mops(result(e, w)['ops_per_second']):.1f}" for w in ("load", "c", "a")] for e in entries]
+            md += [f"## {title} (YCSB, Zipfian 0.99)", "", table(["system", key, "LOAD M/s", "C M/s", "A M/s"], rows), ""]
+
+    rr = next((e for e in doc["runs"] if e["part"] == "resize-recovery" and "results" in e), None)
+    if rr:
+        res = rr["results"]
+        md += ["## Resize and recovery", ""]
+        for k in ("resize_gpu_memory", "resize_mapped"):
+            if res.get(k):
+                md += [f"{k.replace('_', ' ')}: " + ", ".join(f"{x['slots_after']:,} slots {1e3 * x['seconds']:.1f} ms"
+                                                              for x in res[k]), ""]
+        if res.get("recovery"):
+            md += [table(["items", "GPU recovery ms", "CPU recovery ms"],
+                         [[f"{x['items']:,}", f"{1e3 * x['gpu_recovery_seconds']:.1f}",
+                           f"{1e3 * x['cpu_recovery_seconds']:.1f}"] for x in res["recovery"]]), ""]
+
+    md += ["## Not measured here", "",
+           "- HierarchicalKV, the list-based GPM index (SlabHash-GPM stand-in), gpKVS (its figures come from "
+           "`gpm_bench`), the DLRM and PageRank traces, load factor over time, throughput while the cache "
+           "loads, and PCIe bytes per operation: not in this driver yet.", ""]
+    if not plt:
+        md += ["(matplotlib is not installed here: no plots; `evaluate.py report DIR` on a machine with it adds them.)", ""]
+    (out / "report.md").write_text("\n".join(md))
+    print(f"wrote {out / 'report.md'}" + ("" if plt else " (no plots: matplotlib missing)"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the chosen parts, then write the report")
+    run.add_argument("--build-dir", type=Path, default=Path("build"))
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--size", choices=SIZES, default="medium")
+    run.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {','.join(PARTS)}")
+    run.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {','.join(SYSTEMS)}")
+    run.add_argument("--pool-dir", default="/dev/shm", help="where pools go (a tmpfs: the persistent memory stand-in)")
+    rep = sub.add_parser("report", help="plots and report.md from DIR/results.json")
+    rep.add_argument("dir", type=Path)
+    args = ap.parse_args()
+    if args.command == "report":
+        return report(args.dir)
+    parts, systems = args.parts.split(","), args.systems.split(",")
+    for x in parts:
+        if x not in PARTS:
+            sys.exit(f"evaluate: unknown part '{x}'; choose from {','.join(PARTS)}")
+    for x in systems:
+        if x not in SYSTEMS:
+            sys.exit(f"evaluate: unknown system '{x}'; choose from {','.join(SYSTEMS)}")
+    gpu = has_gpu()
+    if not (args.build_dir / "gphash").exists():
+        sys.exit(f"evaluate: {args.build_dir}/gphash not found: build first (scripts/build.sh)")
+    r = Runner(args.build_dir, args.out, args.size, gpu, args.pool_dir)
+    print(f"evaluate: {args.size} size, parts {','.join(parts)}; "
+          f"{'GPU: ' + r.doc['environment'].get('gpu', '?') if gpu else 'no GPU: the CPU systems only'}", flush=True)
+    t0 = time.time()
+    run_parts(r, parts, systems)
+    print(f"evaluate: {len(r.doc['runs'])} runs in {time.time() - t0:.0f} s", flush=True)
+    report(args.out)
+    return 1 if any("error" in e for e in r.doc["runs"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
