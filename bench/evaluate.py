@@ -68,11 +68,13 @@ def environment(build: Path) -> dict:
         env["cpu"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    try:
-        env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        pass
+    env["commit"] = os.environ.get("GPHASH_COMMIT")  # where the tree is a copy without its history
+    if not env["commit"]:
+        try:
+            env["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                           cwd=Path(__file__).parent).stdout.strip()
+        except OSError:
+            pass
     if has_gpu():
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                            capture_output=True, text=True).stdout.strip().splitlines()[0]
@@ -85,6 +87,13 @@ def environment(build: Path) -> dict:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
         env["nvcc"] = out.strip().splitlines()[-1] if out else None
     return env
+
+
+def with_overrides(flags: list[str], extra: list[str]) -> list[str]:
+    """`--name value` pairs of flags, with those of extra replacing the same names."""
+    pairs = dict(zip(flags[::2], flags[1::2]))
+    pairs.update(zip(extra[::2], extra[1::2]))
+    return [x for kv in pairs.items() for x in kv]
 
 
 class Runner:
@@ -111,6 +120,8 @@ class Runner:
             operations: int | None = None, batch: int = BATCH, extra: list[str] | None = None, **params):
         records = records or self.size["records"]
         operations = operations or self.size["micro_ops"]
+        # Tables are sized for what the run inserts (LOAD, and D's 5%): resizes are the resize part's.
+        capacity = records + (operations // 16 if "d" in workloads else 0)
         tag = "_".join([part, system, str(key_width), str(batch)] + [f"{k}{v}" for k, v in params.items()])
         tag += "_" + "-".join(x.lstrip("-") for x in (extra or []))
         log, js = self.out / "logs" / f"{tag}.txt", self.out / "logs" / f"{tag}.json"
@@ -119,11 +130,13 @@ class Runner:
             cmd = [str(self.gpu_bench), "--sections", "assisted", "--assisted-index", system.rsplit("-", 1)[1],
                    "--assisted-workloads", ",".join(workloads), "--ycsb-records", str(records),
                    "--assisted-operations", str(operations), "--ycsb-batch", str(batch), "--ycsb-key-width",
-                   str(key_width), "--ycsb-value-width", str(VALUE_WIDTH), "--json", str(js)]
+                   str(key_width), "--ycsb-value-width", str(VALUE_WIDTH), "--assisted-capacity", str(capacity),
+                   "--json", str(js)]
         else:
             cmd = [str(self.gphash), "bench", "--pool", self.pool, "--no-progress", "--workloads", ",".join(workloads),
                    "--key-width", str(key_width), "--value-width", str(VALUE_WIDTH), "--records", str(records),
-                   "--operations", str(operations), "--batch", str(batch), "--json", str(js)] + flags + (extra or [])
+                   "--operations", str(operations), "--batch", str(batch), "--capacity", str(capacity), "--json",
+                   str(js)] + with_overrides(flags, extra or [])
         t0 = time.time()
         with open(log, "w") as f:
             f.write(" ".join(cmd) + "\n")
@@ -248,8 +261,8 @@ def report(out: Path):
            f"{env.get('nvcc', 'no nvcc')})",
            f"- CPU: {env.get('cpu')} ({env.get('cores')} hardware threads); date {env.get('date')}; commit "
            f"{env.get('commit', '?')}",
-           f"- {doc['sizes']['records']:,} records loaded; {VALUE_WIDTH}-byte values; batches of {BATCH:,} unless "
-           "stated. Rates are operations over the time inside the batch calls, end to end: keys, values and results "
+           f"- {doc['sizes']['records']:,} records loaded into a table sized for them (resizes are measured on "
+           f"their own); {VALUE_WIDTH}-byte values; batches of {BATCH:,} unless stated. Rates are operations over the time inside the batch calls, end to end: keys, values and results "
            "cross PCIe for every GPU system, and a CPU-assisted system's batch starts and ends in GPU memory.",
            "- Every figure below comes from this one run; ratios compare systems measured minutes apart on the "
            "same machine.", ""]

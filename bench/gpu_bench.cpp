@@ -463,10 +463,10 @@ class AssistedExecutor {
   OpStatus* h_status_ = nullptr;
 };
 
-json section_assisted(const std::string& index, uint64_t records, uint64_t operations, size_t batch, uint32_t kw,
-                      uint32_t vw, const std::string& workloads) {
+json section_assisted(const std::string& index, uint64_t records, uint64_t operations, uint64_t capacity, size_t batch,
+                      uint32_t kw, uint32_t vw, const std::string& workloads) {
   const std::string pool = "/dev/shm/gphash-bench-assisted";
-  TableConfig config{.key_width = kw, .value_width = vw, .capacity = std::max<uint64_t>(1024, records / 16)};
+  TableConfig config{.key_width = kw, .value_width = vw, .capacity = capacity ? capacity : std::max<uint64_t>(1024, records / 16)};
   if (index == "hmeh") config.index = IndexKind::kHmeh;
   OpenOptions o;  // the CPU engine on all cores
   o.replace = true;
@@ -586,7 +586,8 @@ int main(int argc, char** argv) {
   std::vector<size_t> cache_batches = {size_t{1} << 16, size_t{1} << 20};
   bool quick = false;
   std::string assisted_index = "gphash", assisted_workloads = "load,search,negative-search,update,a,b,c,f,delete";
-  uint64_t assisted_operations = 0;
+  uint64_t assisted_operations = 0, assisted_capacity = 0;
+  app.add_option("--assisted-capacity", assisted_capacity, "assisted: items before the first resize (0 = records / 16)");
   app.add_option("--assisted-index", assisted_index, "assisted: the CPU index (gphash or hmeh)")->capture_default_str();
   app.add_option("--assisted-workloads", assisted_workloads)->capture_default_str();
   app.add_option("--assisted-operations", assisted_operations, "assisted: operations per workload (0 = records)");
@@ -637,7 +638,7 @@ int main(int argc, char** argv) {
     if (has("recovery")) results["recovery"] = section_recovery(argv[0], recovery_sizes);
     if (has("assisted"))
       results["assisted"] = section_assisted(assisted_index, ycsb_records, assisted_operations ? assisted_operations : ycsb_records,
-                                             ycsb_batch, ycsb_key, ycsb_value, assisted_workloads);
+                                             assisted_capacity, ycsb_batch, ycsb_key, ycsb_value, assisted_workloads);
   } catch (const std::exception& e) {
     say(fmt::format("FAILED: {}", e.what()));
     results["error"] = e.what();

@@ -318,7 +318,7 @@ uint64_t estimated_pool_bytes(const TableConfig& c, uint64_t records) {
   return bytes;
 }
 
-int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& eng, WorkloadFlags wl,
+int cmd_bench(std::string pool, const PoolConfigFlags& cfg, bool capacity_given, const EngineFlags& eng, WorkloadFlags wl,
               const std::string& workloads, bool progress, const std::string& json_path) {
   if (wl.records == 0) wl.records = 10'000'000;
   std::vector<workload::Workload> list;
@@ -332,7 +332,8 @@ int cmd_bench(std::string pool, const PoolConfigFlags& cfg, const EngineFlags& e
     pos = comma + 1;
   }
   TableConfig config = config_of(cfg);
-  config.capacity = std::max<uint64_t>(1024, wl.records / 16);  // start small: the load crosses several resizes
+  // Unless told otherwise, start small: the load crosses several resizes.
+  if (!capacity_given) config.capacity = std::max<uint64_t>(1024, wl.records / 16);
   if (pool.find('/') == std::string::npos) {
     struct statvfs fs {};
     const uint64_t need = estimated_pool_bytes(config, wl.records);
@@ -585,7 +586,7 @@ int Cli::execute() {
     if (*convert_) return cmd_convert(pool_);
     if (*load_) return cmd_load(pool_, cfg_, eng_, wl_, progress, json_path_);
     if (*run_) return cmd_run(pool_, eng_, wl_, which_, progress, json_path_);
-    if (*bench_) return cmd_bench(bench_pool_, cfg_, eng_, wl_, workloads_, progress, json_path_);
+    if (*bench_) return cmd_bench(bench_pool_, cfg_, bench_->count("--capacity") > 0, eng_, wl_, workloads_, progress, json_path_);
     for (auto& g : groups_)
       if (std::optional<int> status = g->run()) return *status;
   } catch (const std::invalid_argument& e) {  // a workload the generator cannot run (theta, records)
