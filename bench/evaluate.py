@@ -23,23 +23,32 @@ import sys
 import time
 from pathlib import Path
 
-# name: (what it is, `gphash bench` flags or None for the assisted ones, needs a GPU)
+# name: (what it is, which tool runs it, its flags, needs a GPU). "gpu-batches" is gpu_bench's section
+# of that name: the batch starts and ends in GPU memory (GPHash's setting: a GPU application's keys),
+# and the GPU engine runs it in place while a CPU-assisted system copies it over PCIe and back.
+# "bench" is `gphash bench`: the batch is in host memory (a CPU caller's setting).
 SYSTEMS = {
     "gpu-mapped": ("GPHash on the GPU, table in host-mapped persistent memory, no cache",
-                   ["--engine", "gpu", "--placement", "mapped"], True),
+                   "gpu-batches", ["--engine", "gpu", "--placement", "mapped"], True),
     "gpu-bktcache": ("... with BktCache as in the paper (LFU, 20% of the buckets; values stay in host memory)",
-                     ["--engine", "gpu", "--placement", "mapped", "--cache", "lfu", "--cache-values", "off"], True),
+                     "gpu-batches", ["--engine", "gpu", "--placement", "mapped", "--cache", "lfu", "--cache-values", "off"],
+                     True),
     "gpu-bktcache-values": ("... with BktCache caching the hot buckets' values too (beyond the paper)",
-                            ["--engine", "gpu", "--placement", "mapped", "--cache", "lfu"], True),
+                            "gpu-batches", ["--engine", "gpu", "--placement", "mapped", "--cache", "lfu"], True),
     "gpu-memory": ("GPHash on the GPU, table in GPU memory (volatile; the upper bound)",
-                   ["--engine", "gpu", "--placement", "gpu-memory"], True),
+                   "gpu-batches", ["--engine", "gpu", "--placement", "gpu-memory"], True),
     "gpu-naive": ("the naive port: one GPU thread per operation, host-mapped (Clevel-GPM-like)",
-                  ["--engine", "gpu", "--placement", "mapped", "--kernels", "thread"], True),
-    "cpu-assisted-gphash": ("CPU-assisted: keys over PCIe to the GPHash CPU engine on all cores, results back",
-                            None, True),
-    "cpu-assisted-hmeh": ("CPU-assisted: keys over PCIe to HMEH on all cores, results back", None, True),
-    "cpu-gphash": ("the GPHash CPU engine alone, all cores (no PCIe)", ["--engine", "cpu"], False),
-    "cpu-hmeh": ("HMEH alone, all cores (no PCIe)", ["--engine", "cpu", "--index", "hmeh"], False),
+                  "gpu-batches", ["--engine", "gpu", "--placement", "mapped", "--kernels", "thread"], True),
+    "cpu-assisted-gphash": ("CPU-assisted: the batch crosses PCIe to the GPHash CPU engine on all cores, results back",
+                            "gpu-batches", ["--engine", "cpu", "--index", "gphash"], True),
+    "cpu-assisted-hmeh": ("CPU-assisted: the batch crosses PCIe to HMEH on all cores, results back",
+                          "gpu-batches", ["--engine", "cpu", "--index", "hmeh"], True),
+    "gpu-mapped-host-batches": ("gpu-mapped called with batches in host memory (gphash bench: a CPU caller)",
+                                "bench", ["--engine", "gpu", "--placement", "mapped"], True),
+    "cpu-gphash": ("the GPHash CPU engine alone, batches in host memory, all cores (no PCIe)",
+                   "bench", ["--engine", "cpu"], False),
+    "cpu-hmeh": ("HMEH alone, batches in host memory, all cores (no PCIe)", "bench", ["--engine", "cpu", "--index", "hmeh"],
+                 False),
 }
 
 SIZES = {  # records loaded, operations per micro workload, per YCSB workload, batch sizes (log2)
@@ -111,7 +120,7 @@ class Runner:
         (self.out / "results.json").write_text(json.dumps(self.doc, indent=1))
 
     def usable(self, system: str, key_width: int) -> bool:
-        _, flags, needs_gpu = SYSTEMS[system]
+        _, _, _, needs_gpu = SYSTEMS[system]
         if needs_gpu and not self.gpu:
             return False
         return not (system.endswith("hmeh") and key_width not in (8, 16))  # HMEH: 8- or 16-byte keys
@@ -125,18 +134,15 @@ class Runner:
         tag = "_".join([part, system, str(key_width), str(batch)] + [f"{k}{v}" for k, v in params.items()])
         tag += "_" + "-".join(x.lstrip("-") for x in (extra or []))
         log, js = self.out / "logs" / f"{tag}.txt", self.out / "logs" / f"{tag}.json"
-        flags = SYSTEMS[system][1]
-        if flags is None:  # CPU-assisted: gpu_bench's assisted section
-            cmd = [str(self.gpu_bench), "--sections", "assisted", "--assisted-index", system.rsplit("-", 1)[1],
-                   "--assisted-workloads", ",".join(workloads), "--ycsb-records", str(records),
-                   "--assisted-operations", str(operations), "--ycsb-batch", str(batch), "--ycsb-key-width",
-                   str(key_width), "--ycsb-value-width", str(VALUE_WIDTH), "--assisted-capacity", str(capacity),
-                   "--json", str(js)]
+        _, tool, flags, _ = SYSTEMS[system]
+        common = ["--workloads", ",".join(workloads), "--operations", str(operations), "--capacity", str(capacity),
+                  "--json", str(js)] + with_overrides(flags, extra or [])
+        if tool == "gpu-batches":
+            cmd = [str(self.gpu_bench), "--sections", "gpu-batches", "--ycsb-records", str(records), "--ycsb-batch",
+                   str(batch), "--ycsb-key-width", str(key_width), "--ycsb-value-width", str(VALUE_WIDTH)] + common
         else:
-            cmd = [str(self.gphash), "bench", "--pool", self.pool, "--no-progress", "--workloads", ",".join(workloads),
-                   "--key-width", str(key_width), "--value-width", str(VALUE_WIDTH), "--records", str(records),
-                   "--operations", str(operations), "--batch", str(batch), "--capacity", str(capacity), "--json",
-                   str(js)] + with_overrides(flags, extra or [])
+            cmd = [str(self.gphash), "bench", "--pool", self.pool, "--no-progress", "--key-width", str(key_width),
+                   "--value-width", str(VALUE_WIDTH), "--records", str(records), "--batch", str(batch)] + common
         t0 = time.time()
         with open(log, "w") as f:
             f.write(" ".join(cmd) + "\n")
@@ -149,9 +155,7 @@ class Runner:
                  "log": str(log.relative_to(self.out))}
         try:
             doc = json.loads(js.read_text())
-            entry["results"] = doc["assisted"]["results"] if flags is None else doc["results"]
-            if flags is not None:
-                entry["load_factor"] = doc["table"]["load_factor"]
+            entry["results"] = doc["gpu_batches"]["results"] if tool == "gpu-batches" else doc["results"]
             js.unlink()
         except (OSError, KeyError, ValueError) as e:
             entry["error"] = f"no results ({e}); see {entry['log']}"
@@ -176,7 +180,7 @@ def run_parts(r: Runner, parts: list[str], systems: list[str]):
             if r.usable(s, 8):
                 r.run("ycsb", s, YCSB, operations=size["ycsb_ops"])
     if "batch" in parts:  # throughput and batch latency against batch size, end to end and device time
-        for s in ("gpu-mapped", "gpu-memory", "cpu-assisted-gphash", "cpu-gphash"):
+        for s in ("gpu-mapped", "gpu-memory", "cpu-assisted-gphash", "gpu-mapped-host-batches", "cpu-gphash"):
             if s in systems and r.usable(s, 8):
                 for lg in size["batches"]:
                     b = 1 << lg
@@ -262,8 +266,10 @@ def report(out: Path):
            f"- CPU: {env.get('cpu')} ({env.get('cores')} hardware threads); date {env.get('date')}; commit "
            f"{env.get('commit', '?')}",
            f"- {doc['sizes']['records']:,} records loaded into a table sized for them (resizes are measured on "
-           f"their own); {VALUE_WIDTH}-byte values; batches of {BATCH:,} unless stated. Rates are operations over the time inside the batch calls, end to end: keys, values and results "
-           "cross PCIe for every GPU system, and a CPU-assisted system's batch starts and ends in GPU memory.",
+           f"their own); {VALUE_WIDTH}-byte values; batches of {BATCH:,} unless stated. "
+           "Rates are operations over the time of the batch calls, end to end: for the GPU and CPU-assisted "
+           "systems a batch starts and ends in GPU memory (GPHash's setting), for the others in host memory. "
+           "'device' rates count the GPU engine's device time (kernels and device-side copies) alone.",
            "- Every figure below comes from this one run; ratios compare systems measured minutes apart on the "
            "same machine.", ""]
     md += ["## Systems", ""] + [f"- `{k}`: {v}" for k, v in doc["systems"].items()] + [""]

@@ -10,8 +10,8 @@
 //   cache     BktCache: YCSB LOAD, C, B, A on a host-mapped table, by cache size and policy (opt in)
 //   resize    resize time against table size
 //   recovery  recovery time against pool size, GPU and CPU engine
-//   assisted  the CPU-assisted system: a GPU batch served by the CPU engine (GPHash or HMEH index),
-//             keys and results crossing PCIe (opt in)
+//   gpu-batches  YCSB and micro workloads whose batches start and end in GPU memory, run by the GPU
+//             engine in place or by the CPU engine with keys and results crossing PCIe (opt in)
 #include <cuda_runtime.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -409,25 +409,29 @@ json section_resize(uint64_t items, size_t batch, Placement placement) {
   return rows;
 }
 
-// ---- assisted: the CPU-assisted system of GPHash's evaluation -------------------------------
-// A GPU application's batch (in GPU memory) is served by a CPU index: its operations, keys and
-// (for writes) values cross PCIe to pinned host memory, the CPU engine runs it on all cores, and
-// its statuses and (for reads) values cross back. End to end counts both copies and the index;
-// the index alone counts Table::execute. Placing the batch in GPU memory first is not counted:
-// that is where the application's keys are.
-class AssistedExecutor {
+// ---- gpu-batches: YCSB and micro workloads whose batches start and end in GPU memory ----------
+// GPHash's setting (section 4): a GPU application's batch is in GPU memory and its results must be
+// there too. The GPU engine runs it in place (MemorySpace::kDevice). The CPU-assisted system
+// copies its operations, keys and (for writes) values over PCIe to pinned host memory, runs the
+// CPU engine (GPHash or HMEH index) on all cores, and copies statuses and (for reads) values back.
+// Counted: that whole path, as Table::execute on device arrays is for the GPU engine; and, for the
+// CPU-assisted system, the index alone. Not counted: placing the generated batch in GPU memory
+// first and copying the results back for verification.
+class GpuBatchExecutor {
  public:
-  AssistedExecutor(size_t n, uint32_t kw, uint32_t vw) : kw_(kw), vw_(vw), d_ops_(n), d_keys_(n * kw), d_values_(n * vw),
-                                                         d_out_(n * vw), d_status_(n) {
+  GpuBatchExecutor(size_t n, uint32_t kw, uint32_t vw, bool cpu_assisted)
+      : kw_(kw), vw_(vw), cpu_assisted_(cpu_assisted), d_ops_(n), d_keys_(n * kw), d_values_(n * vw), d_out_(n * vw),
+        d_status_(n) {
+    if (!cpu_assisted) return;
     check(cudaHostAlloc(&h_, n * (1 + kw + 2 * vw + 1), cudaHostAllocDefault), "cudaHostAlloc");
     h_ops_ = reinterpret_cast<Op*>(h_), h_keys_ = h_ + n, h_values_ = h_keys_ + n * kw, h_out_ = h_values_ + n * vw;
     h_status_ = reinterpret_cast<OpStatus*>(h_out_ + n * vw);
   }
-  ~AssistedExecutor() { cudaFreeHost(h_); }
-  AssistedExecutor(const AssistedExecutor&) = delete;
-  AssistedExecutor& operator=(const AssistedExecutor&) = delete;
+  ~GpuBatchExecutor() { cudaFreeHost(h_); }
+  GpuBatchExecutor(const GpuBatchExecutor&) = delete;
+  GpuBatchExecutor& operator=(const GpuBatchExecutor&) = delete;
 
-  double index_seconds = 0;
+  double index_seconds = 0;  // CPU-assisted: Table::execute alone
 
   double operator()(Table& t, const Batch& b) {
     const size_t n = b.size;
@@ -437,6 +441,24 @@ class AssistedExecutor {
     check(cudaMemcpy(d_keys_.ptr, b.keys, n * kw_, cudaMemcpyHostToDevice), "keys");
     if (writes) check(cudaMemcpy(d_values_.ptr, b.values, n * vw_, cudaMemcpyHostToDevice), "values");
     const auto t0 = std::chrono::steady_clock::now();
+    if (cpu_assisted_) {
+      run_on_cpu(t, b, writes, reads);
+    } else {
+      Batch db = b;
+      db.ops = reinterpret_cast<const Op*>(d_ops_.ptr), db.keys = d_keys_.ptr, db.values = d_values_.ptr;
+      db.values_out = d_out_.ptr, db.status = reinterpret_cast<OpStatus*>(d_status_.ptr);
+      db.memory = MemorySpace::kDevice;
+      t.execute(db);  // returns when the results are in GPU memory
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    check(cudaMemcpy(b.status, d_status_.ptr, n, cudaMemcpyDeviceToHost), "status");
+    if (reads) check(cudaMemcpy(b.values_out, d_out_.ptr, n * vw_, cudaMemcpyDeviceToHost), "values out");
+    return seconds;
+  }
+
+ private:
+  void run_on_cpu(Table& t, const Batch& b, bool writes, bool reads) {
+    const size_t n = b.size;
     check(cudaMemcpy(h_ops_, d_ops_.ptr, n, cudaMemcpyDeviceToHost), "ops");
     check(cudaMemcpy(h_keys_, d_keys_.ptr, n * kw_, cudaMemcpyDeviceToHost), "keys");
     if (writes) check(cudaMemcpy(h_values_, d_values_.ptr, n * vw_, cudaMemcpyDeviceToHost), "values");
@@ -447,15 +469,10 @@ class AssistedExecutor {
     index_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - i0).count();
     check(cudaMemcpy(d_status_.ptr, h_status_, n, cudaMemcpyHostToDevice), "status");
     if (reads) check(cudaMemcpy(d_out_.ptr, h_out_, n * vw_, cudaMemcpyHostToDevice), "values out");
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // The caller verifies the results from its own arrays (not counted).
-    std::memcpy(b.status, h_status_, n);
-    if (reads) std::memcpy(b.values_out, h_out_, n * vw_);
-    return seconds;
   }
 
- private:
   uint32_t kw_, vw_;
+  bool cpu_assisted_;
   DeviceArray<uint8_t> d_ops_, d_keys_, d_values_, d_out_, d_status_;
   std::byte* h_ = nullptr;
   Op* h_ops_ = nullptr;
@@ -463,51 +480,85 @@ class AssistedExecutor {
   OpStatus* h_status_ = nullptr;
 };
 
-json section_assisted(const std::string& index, uint64_t records, uint64_t operations, uint64_t capacity, size_t batch,
-                      uint32_t kw, uint32_t vw, const std::string& workloads) {
-  const std::string pool = "/dev/shm/gphash-bench-assisted";
-  TableConfig config{.key_width = kw, .value_width = vw, .capacity = capacity ? capacity : std::max<uint64_t>(1024, records / 16)};
-  if (index == "hmeh") config.index = IndexKind::kHmeh;
-  OpenOptions o;  // the CPU engine on all cores
+struct GpuBatchesSpec {
+  std::string engine = "gpu", index = "gphash", placement = "mapped", cache = "off", cache_values = "on", kernels = "warp";
+  std::string shape = "2L-2H-8S", distribution;  // distribution: empty = the workload's default
+  double cache_fraction = 0.2, theta = 0.99;
+  uint64_t records = 0, operations = 0, capacity = 0;
+  size_t batch = 0;
+  uint32_t key_width = 8, value_width = 8;
+  std::string workloads = "load,search,negative-search,update,a,b,c,f,delete";
+};
+
+OpenOptions options_of(const GpuBatchesSpec& g) {
+  OpenOptions o;
+  if (g.engine == "gpu") {
+    o = gpu_options(g.placement == "gpu-memory" ? Placement::kGpuMemory : Placement::kHostMapped,
+                    g.kernels == "thread"        ? GpuKernels::kThread
+                    : g.kernels == "warp-direct" ? GpuKernels::kWarpDirect
+                                                 : GpuKernels::kWarp);
+    o.cache.policy = g.cache == "lfu" ? CachePolicy::kLfu : g.cache == "lru" ? CachePolicy::kLru
+                     : g.cache == "random" ? CachePolicy::kRandom : CachePolicy::kOff;
+    o.cache.fraction = g.cache_fraction;
+    o.cache.values = g.cache_values == "on";
+  }  // else the CPU engine on all cores
   o.replace = true;
-  Table t = Table::create(pool, config, o);
+  return o;
+}
+
+json section_gpu_batches(const GpuBatchesSpec& g) {
+  const std::string pool = "/dev/shm/gphash-bench-gpu-batches";
+  const bool cpu_assisted = g.engine == "cpu";
+  TableConfig config{.key_width = g.key_width, .value_width = g.value_width, .shape = parse_shape(g.shape),
+                     .capacity = g.capacity ? g.capacity : std::max<uint64_t>(1024, g.records / 16)};
+  if (g.index == "hmeh") config.index = IndexKind::kHmeh;
+  Table t = Table::create(pool, config, options_of(g));
   // A read-modify-write is two table operations: room for twice the batch.
-  AssistedExecutor executor(2 * batch, kw, vw);
+  GpuBatchExecutor executor(2 * g.batch, g.key_width, g.value_width, cpu_assisted);
   cli::RunOptions ro;
-  ro.batch_size = batch;
+  ro.batch_size = g.batch;
   ro.execute = [&](Table& table, const Batch& b) { return executor(table, b); };
   json rows = json::array();
   uint64_t records_now = 0;
-  for (size_t pos = 0; pos <= workloads.size();) {
-    const size_t comma = std::min(workloads.find(',', pos), workloads.size());
-    const workload::Workload w = workload::parse_workload(workloads.substr(pos, comma - pos));
+  const std::string name = cpu_assisted ? "cpu-assisted " + g.index : "gpu " + g.placement;
+  for (size_t pos = 0; pos <= g.workloads.size();) {
+    const size_t comma = std::min(g.workloads.find(',', pos), g.workloads.size());
+    const workload::Workload w = workload::parse_workload(g.workloads.substr(pos, comma - pos));
     pos = comma + 1;
-    workload::WorkloadSpec spec{w, w == workload::Workload::Load ? records : records_now, operations, std::nullopt, 0.99,
-                                1 + rows.size()};
+    workload::WorkloadSpec spec{w, w == workload::Workload::Load ? g.records : records_now, g.operations, std::nullopt,
+                                g.theta, 1 + rows.size()};
+    if (!g.distribution.empty()) spec.distribution = workload::parse_distribution(g.distribution);
     executor.index_seconds = 0;
     const cli::RunResult r = cli::run_workload(t, spec, ro);
     records_now = t.size();
-    const double e2e = r.ops_per_second(), alone = r.operations / executor.index_seconds;
-    say(fmt::format("assisted ({}): {:<16} end to end {:>7.2f} M/s, index alone {:>7.2f} M/s; not found {}, bad values "
-                    "{}, failed writes {}, absent found {}",
-                    index, r.workload, e2e / 1e6, alone / 1e6, r.not_found, r.bad_values, r.failed_writes,
-                    r.found_absent));
-    rows.push_back({{"workload", r.workload},
-                    {"distribution", r.distribution},
-                    {"operations", r.operations},
-                    {"ops_per_second", e2e},
-                    {"index_ops_per_second", alone},
-                    {"batch_p50_seconds", r.batch_percentile(0.5)},
-                    {"batch_p99_seconds", r.batch_percentile(0.99)},
-                    {"not_found", r.not_found},
-                    {"bad_values", r.bad_values},
-                    {"failed_writes", r.failed_writes},
-                    {"found_absent", r.found_absent},
-                    {"load_factor_after", r.load_factor_after}});
+    say(fmt::format("gpu-batches ({}): {:<16} {:>7.2f} M/s{}; not found {}, bad values {}, failed writes {}, absent "
+                    "found {}",
+                    name, r.workload, r.ops_per_second() / 1e6,
+                    cpu_assisted ? fmt::format(" (index alone {:.2f} M/s)", r.operations / executor.index_seconds / 1e6) : "",
+                    r.not_found, r.bad_values, r.failed_writes, r.found_absent));
+    json row = {{"workload", r.workload},
+                {"distribution", r.distribution},
+                {"operations", r.operations},
+                {"ops_per_second", r.ops_per_second()},
+                {"batch_p50_seconds", r.batch_percentile(0.5)},
+                {"batch_p99_seconds", r.batch_percentile(0.99)},
+                {"not_found", r.not_found},
+                {"bad_values", r.bad_values},
+                {"failed_writes", r.failed_writes},
+                {"found_absent", r.found_absent},
+                {"items_after", r.items_after},
+                {"load_factor_after", r.load_factor_after},
+                {"resizes", r.resizes},
+                {"cache_hit_rate", r.cache_hit_rate >= 0 ? json(r.cache_hit_rate) : json()},
+                {"cache_gpu_bytes", r.cache_gpu_bytes}};
+    if (cpu_assisted) row["index_ops_per_second"] = r.operations / executor.index_seconds;
+    else row["device_ops_per_second"] = r.device_ops_per_second();
+    rows.push_back(row);
   }
   t.close();
   std::remove(pool.c_str());
-  return {{"index", index}, {"records", records}, {"batch", batch}, {"key_width", kw}, {"value_width", vw},
+  return {{"engine", g.engine}, {"index", g.index}, {"placement", g.placement}, {"records", g.records},
+          {"batch", g.batch}, {"key_width", g.key_width}, {"value_width", g.value_width},
           {"threads", std::thread::hardware_concurrency()}, {"results", rows}};
 }
 
@@ -585,12 +636,21 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> cache_values = {32, 128};
   std::vector<size_t> cache_batches = {size_t{1} << 16, size_t{1} << 20};
   bool quick = false;
-  std::string assisted_index = "gphash", assisted_workloads = "load,search,negative-search,update,a,b,c,f,delete";
-  uint64_t assisted_operations = 0, assisted_capacity = 0;
-  app.add_option("--assisted-capacity", assisted_capacity, "assisted: items before the first resize (0 = records / 16)");
-  app.add_option("--assisted-index", assisted_index, "assisted: the CPU index (gphash or hmeh)")->capture_default_str();
-  app.add_option("--assisted-workloads", assisted_workloads)->capture_default_str();
-  app.add_option("--assisted-operations", assisted_operations, "assisted: operations per workload (0 = records)");
+  GpuBatchesSpec gb;
+  CLI::App* g = app.add_option_group("gpu-batches", "the gpu-batches section (with --ycsb-records, --ycsb-batch, widths)");
+  g->add_option("--engine", gb.engine, "gpu, or cpu: the CPU-assisted system")->check(CLI::IsMember({"gpu", "cpu"}));
+  g->add_option("--index", gb.index, "CPU-assisted: gphash or hmeh")->check(CLI::IsMember({"gphash", "hmeh"}));
+  g->add_option("--placement", gb.placement)->check(CLI::IsMember({"mapped", "gpu-memory"}));
+  g->add_option("--cache", gb.cache)->check(CLI::IsMember({"off", "lfu", "lru", "random"}));
+  g->add_option("--cache-values", gb.cache_values)->check(CLI::IsMember({"on", "off"}));
+  g->add_option("--cache-fraction", gb.cache_fraction);
+  g->add_option("--kernels", gb.kernels)->check(CLI::IsMember({"warp", "warp-direct", "thread"}));
+  g->add_option("--workloads", gb.workloads)->capture_default_str();
+  g->add_option("--shape", gb.shape)->capture_default_str();
+  g->add_option("--distribution", gb.distribution, "default: each workload's own");
+  g->add_option("--theta", gb.theta)->capture_default_str();
+  g->add_option("--operations", gb.operations, "operations per workload (0 = records)");
+  g->add_option("--capacity", gb.capacity, "items before the first resize (0 = records / 16)");
   app.add_option("--cache-value-widths", cache_values)->capture_default_str();
   app.add_option("--cache-batches", cache_batches)->capture_default_str();
   app.add_option("--sections", sections, "Comma-separated sections")->capture_default_str();
@@ -636,9 +696,11 @@ int main(int argc, char** argv) {
       results["resize_mapped"] = section_resize(resize_items / 4, batch, gphash::Placement::kHostMapped);
     }
     if (has("recovery")) results["recovery"] = section_recovery(argv[0], recovery_sizes);
-    if (has("assisted"))
-      results["assisted"] = section_assisted(assisted_index, ycsb_records, assisted_operations ? assisted_operations : ycsb_records,
-                                             assisted_capacity, ycsb_batch, ycsb_key, ycsb_value, assisted_workloads);
+    if (has("gpu-batches")) {
+      gb.records = ycsb_records, gb.batch = ycsb_batch, gb.key_width = ycsb_key, gb.value_width = ycsb_value;
+      if (!gb.operations) gb.operations = ycsb_records;
+      results["gpu_batches"] = section_gpu_batches(gb);
+    }
   } catch (const std::exception& e) {
     say(fmt::format("FAILED: {}", e.what()));
     results["error"] = e.what();
