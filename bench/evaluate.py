@@ -270,8 +270,8 @@ def report(out: Path):
            "Rates are operations over the time of the batch calls, end to end: for the GPU and CPU-assisted "
            "systems a batch starts and ends in GPU memory (GPHash's setting), for the others in host memory. "
            "'device' rates count the GPU engine's device time (kernels and device-side copies) alone.",
-           "- Every figure below comes from this one run; ratios compare systems measured minutes apart on the "
-           "same machine.", ""]
+           "- Every figure below was measured on this machine in this run (its parts may run one after another); "
+           "ratios compare systems measured minutes apart.", ""]
     md += ["## Systems", ""] + [f"- `{k}`: {v}" for k, v in doc["systems"].items()] + [""]
     failures = [e for e in doc["runs"] if "error" in e]
     if failures:
