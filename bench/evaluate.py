@@ -4,9 +4,9 @@
     evaluate.py run    --build-dir build --out DIR [--size quick|medium|paper] [--parts ...]
     evaluate.py report DIR        (plots and report.md from DIR/results.json; run does it too)
 
-Each measurement is one process: `gphash bench` for the systems built on gphash's engines, and
-`gpu_bench --sections assisted` for the CPU-assisted ones (a GPU batch served by a CPU index, keys
-and results crossing PCIe). Results go to DIR/results.json after every run, so a run cut short
+Each measurement is one process: `gpu_bench --sections gpu-batches` where a batch starts and ends
+in GPU memory (the GPU systems, and the CPU-assisted ones whose batch crosses PCIe to a CPU index
+and back), `gphash bench` where it is in host memory. Results go to DIR/results.json after every run, so a run cut short
 keeps what it measured; DIR/logs/ holds each process's output. Without a GPU only the CPU systems
 run. Plots need matplotlib; without it `report` writes the markdown alone and says so.
 """
@@ -70,7 +70,7 @@ def has_gpu() -> bool:
         return False
 
 
-def environment(build: Path) -> dict:
+def environment() -> dict:
     env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "host": platform.node(), "cpu": "unknown", "cores": os.cpu_count()}
     try:
@@ -114,7 +114,7 @@ class Runner:
         path = out / "results.json"
         self.doc = json.loads(path.read_text()) if path.exists() else {"runs": []}
         self.doc.update(size=size, sizes={k: list(v) if isinstance(v, range) else v for k, v in self.size.items()},
-                        value_width=VALUE_WIDTH, environment=environment(build), systems={k: v[0] for k, v in SYSTEMS.items()})
+                        value_width=VALUE_WIDTH, environment=environment(), systems={k: v[0] for k, v in SYSTEMS.items()})
 
     def save(self):
         (self.out / "results.json").write_text(json.dumps(self.doc, indent=1))
@@ -278,6 +278,12 @@ def report(out: Path):
         md += ["## Runs that failed or saw a wrong result", ""]
         md += [f"- {e['part']} {e.get('system', '')} k{e.get('key_width', '')}: {e['error']}" for e in failures] + [""]
 
+    def save(fig, fname, title):
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=110)
+        plt.close(fig)
+        md.extend([f"![{title}]({fname})", ""])
+
     def bars(part, workloads, key_width, title, fname):
         entries = [e for e in rows_of(doc, part) if e["key_width"] == key_width]
         if not entries:
@@ -314,10 +320,7 @@ def report(out: Path):
             ax.set_title(f"{title} — {env.get('gpu', 'CPU only')}")
             ax.legend(fontsize=8, ncol=3)
             ax.grid(axis="y", alpha=0.3)
-            fig.tight_layout()
-            fig.savefig(out / fname, dpi=110)
-            plt.close(fig)
-            md.extend([f"![{title}]({fname})", ""])
+            save(fig, fname, title)
 
     bars("micro", MICRO, 8, "Micro-benchmarks, 8-byte keys", "micro_k8.png")
     bars("micro", MICRO, 32, "Micro-benchmarks, 32-byte keys", "micro_k32.png")
@@ -356,10 +359,7 @@ def report(out: Path):
             ax2.set_yscale("log")
             ax2.set_ylabel("batch latency, ms (YCSB C)")
             fig.suptitle(f"Throughput and latency against batch size — {env.get('gpu', 'CPU only')}")
-            fig.tight_layout()
-            fig.savefig(out / "batch.png", dpi=110)
-            plt.close(fig)
-            md += ["![batch](batch.png)", ""]
+            save(fig, "batch.png", "batch")
 
     factor = rows_of(doc, "factor")
     if factor:
@@ -399,10 +399,7 @@ def report(out: Path):
             ax.set_title(f"BktCache policy and size — {env.get('gpu')}")
             ax.grid(alpha=0.3)
             ax.legend()
-            fig.tight_layout()
-            fig.savefig(out / "cache.png", dpi=110)
-            plt.close(fig)
-            md += ["![cache](cache.png)", ""]
+            save(fig, "cache.png", "cache")
 
     skew = rows_of(doc, "skew")
     if skew:
@@ -422,10 +419,7 @@ def report(out: Path):
             ax.set_title(f"Skew — {env.get('gpu')}")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-            fig.tight_layout()
-            fig.savefig(out / "skew.png", dpi=110)
-            plt.close(fig)
-            md += ["![skew](skew.png)", ""]
+            save(fig, "skew.png", "skew")
 
     for part, title, key in (("keys", "Key size", "key_width"), ("shape", "Table shape", "shape")):
         entries = rows_of(doc, part)
