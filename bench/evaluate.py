@@ -361,6 +361,22 @@ def report(out: Path):
             fig.suptitle(f"Throughput and latency against batch size — {env.get('gpu', 'CPU only')}")
             save(fig, "batch.png", "batch")
 
+    staged = [e for e in batch if (result(e, "a") or {}).get("device_ops_per_second")]
+    if staged:  # the GPU engine's device time by stage, as a share of the batch calls' time
+        md += ["### Where the GPU engine's time goes (share of the batch calls' time)", "",
+               "Plan: hashing and sorting the batch; kernel: the parallel pass; slow path: displacement, resize, "
+               "heap growth and reclaiming freed value cells, run exclusively; the rest is the host's part of the "
+               "call (copies of host arrays, launches, waits).", ""]
+        rows = []
+        for e in staged:
+            for w in ("c", "a"):
+                x = result(e, w)
+                t = x["seconds"]
+                shares = [x["plan_seconds"] / t, x["kernel_seconds"] / t, x["slow_seconds"] / t]
+                rows.append([e["system"], e["batch"], w.upper()] + [f"{100 * f:.0f}%" for f in shares] +
+                            [f"{100 * max(0.0, 1 - sum(shares)):.0f}%", x.get("heap_grows", "-")])
+        md += [table(["system", "batch", "workload", "plan", "kernel", "slow path", "rest", "heap grows"], rows), ""]
+
     factor = rows_of(doc, "factor")
     if factor:
         base = {w: (result(factor[0], w) or {}).get("ops_per_second") for w in ("load", "c", "a")}

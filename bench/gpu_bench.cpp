@@ -552,7 +552,14 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                 {"cache_hit_rate", r.cache_hit_rate >= 0 ? json(r.cache_hit_rate) : json()},
                 {"cache_gpu_bytes", r.cache_gpu_bytes}};
     if (cpu_assisted) row["index_ops_per_second"] = r.operations / executor.index_seconds;
-    else row["device_ops_per_second"] = r.device_ops_per_second();
+    else
+      row.update({{"device_ops_per_second", r.device_ops_per_second()},
+                  {"plan_seconds", r.plan_seconds},
+                  {"kernel_seconds", r.kernel_seconds},
+                  {"slow_seconds", r.slow_seconds},
+                  {"seconds", r.seconds},
+                  {"heap_grows", r.heap_grows},
+                  {"displacements", r.displacements}});
     rows.push_back(row);
   }
   t.close();

@@ -141,6 +141,11 @@ nlohmann::json to_json(const RunResult& r) {
           {"items_after", r.items_after},
           {"load_factor_after", r.load_factor_after},
           {"resizes", r.resizes},
+          {"heap_grows", r.heap_grows},
+          {"displacements", r.displacements},
+          {"plan_seconds", r.plan_seconds},
+          {"kernel_seconds", r.kernel_seconds},
+          {"slow_seconds", r.slow_seconds},
           {"cache_hit_rate", r.cache_hit_rate >= 0 ? nlohmann::json(r.cache_hit_rate) : nlohmann::json()},
           {"cache_gpu_bytes", r.cache_gpu_bytes}};
 }

@@ -79,7 +79,11 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
     }
     r.seconds += dt;
     r.batch_seconds.push_back(dt);
-    r.device_seconds += table.info().last_batch_device_seconds;
+    const TableInfo after = table.info();
+    r.device_seconds += after.last_batch_device_seconds;
+    r.plan_seconds += after.last_plan_seconds;
+    r.kernel_seconds += after.last_kernel_seconds;
+    r.slow_seconds += after.last_slow_seconds;
     r.operations += got;
     r.table_ops += n;
     for (size_t i = 0; i < n; ++i) {
@@ -101,6 +105,8 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
   r.items_after = info.items;
   r.load_factor_after = info.load_factor;
   r.resizes = info.resizes - before.resizes;
+  r.heap_grows = info.heap_grows - before.heap_grows;
+  r.displacements = info.displacements - before.displacements;
   if (info.cache_gpu_bytes) {
     const uint64_t lookups = info.cache_lookups - before.cache_lookups;
     r.cache_hit_rate = lookups ? static_cast<double>(info.cache_hits - before.cache_hits) / static_cast<double>(lookups) : 0;

@@ -29,6 +29,10 @@ struct RunResult {
   double seconds = 0;       // time inside Table::execute, summed over batches
   double wall_seconds = 0;  // including generating keys and values
   double device_seconds = 0;  // GPU engine: device time of the batches (kernels and copies)
+  // GPU engine, the device time by stage: plan (hash + sort), the parallel kernel, the exclusive
+  // slow path (displacement, resize, heap growth, reclaiming freed value cells).
+  double plan_seconds = 0, kernel_seconds = 0, slow_seconds = 0;
+  uint64_t heap_grows = 0, displacements = 0;
   std::vector<double> batch_seconds;
   uint64_t not_found = 0;      // searches of records that exist but were not found
   uint64_t found_absent = 0;   // negative searches that did not return kNotFound
