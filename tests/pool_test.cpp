@@ -378,6 +378,24 @@ TEST_P(PoolExhaustion, FullHeapLosesNothing) {
   std::vector<uint64_t> erased(acked.end() - 50, acked.end());
   acked.resize(acked.size() - 50);
   for (OpStatus s : run(t, Op::kErase, erased)) EXPECT_EQ(s, OpStatus::kOk);
+
+  // One batch updates eight times more values than there are free cells, and the heap cannot
+  // grow: each update frees the cell it replaces, and the GPU engine passes those on in rounds
+  // within the batch. Every update succeeds; a second batch puts the old values back.
+  std::vector<uint64_t> many(acked.begin(), acked.begin() + 400);
+  std::string other(many.size() * 64, '\0');
+  for (size_t i = 0; i < many.size(); ++i) other.replace(i * 64, 64, value_for(many[i] ^ 0x5a5a, 64));
+  std::vector<OpStatus> many_st(many.size());
+  Batch rewrite{many.size(), 8, 64, Op::kUpdate, nullptr, many.data(), other.data(), nullptr, many_st.data()};
+  t.execute(rewrite);
+  for (OpStatus s : many_st) ASSERT_EQ(s, OpStatus::kOk);
+  std::string found;
+  run(t, Op::kSearch, many, &found);
+  EXPECT_TRUE(found == other) << "a value of the large update is wrong";
+  for (OpStatus s : run(t, Op::kUpdate, many)) ASSERT_EQ(s, OpStatus::kOk);
+  expect_present(t, acked);
+  EXPECT_EQ(t.info().heap_grows, 0u);
+
   std::vector<uint64_t> fresh = key_range(next, 50);
   for (OpStatus s : run(t, Op::kInsert, fresh)) EXPECT_EQ(s, OpStatus::kOk);
   acked.insert(acked.end(), fresh.begin(), fresh.end());

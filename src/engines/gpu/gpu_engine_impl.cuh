@@ -742,7 +742,7 @@ class GpuEngine final : public Engine {
 
   // Free cells (stack and never-used) for `n` new values: grows the heap first if there are fewer.
   void reserve_cells(uint64_t n) {
-    while (dt_.has_heap && free_count_ + (dt_.heap.capacity - std::min(fresh_next_, dt_.heap.capacity)) < n) {
+    while (dt_.has_heap && available_cells() < n) {
       bool exhausted = false;
       try_grow(&GpuEngine::grow_heap, &exhausted);
       if (exhausted) break;
@@ -814,10 +814,7 @@ class GpuEngine final : public Engine {
     uint64_t need_slot = host_counters_.get()->pending_slot, need_cell = host_counters_.get()->pending_cell;
     while (count) {
       bool grew = false;
-      // Cells freed earlier in this batch are safe to reuse now: the parallel pass is over and no
-      // pending run has freed anything. Only if there are none does the heap grow.
-      if (need_cell && !flags.heap_exhausted)
-        grew |= reclaim_freed_cells(stream) || try_grow(&GpuEngine::grow_heap, &flags.heap_exhausted);
+      if (need_cell && !flags.heap_exhausted) grew |= provide_cells(need_cell, stream, &flags.heap_exhausted);
       const double load =
           static_cast<double>(items_ + host_counters_.get()->item_delta) / static_cast<double>(slot_capacity());
       // Without resizing, displacement is the only way: it takes any number of runs then.
@@ -857,11 +854,21 @@ class GpuEngine final : public Engine {
         grew = true;
       }
       if (!grew && !flags.table_exhausted && !flags.heap_exhausted) break;  // cannot happen; avoids a spin
-      // Again in parallel; what still fails is collected in the other buffer.
+      // Again in parallel; what still fails is collected in the other buffer. Runs waiting only
+      // for cells rerun no more at a time than there are cells (a heap that could not grow):
+      // the others are carried to the next round untouched, so the rounds stay linear.
       const int next = 1 - current;
       bv.pending = pending_[next].get();
-      GPHASH_CUDA(cudaMemsetAsync(&counters_.get()->pending, 0, 3 * sizeof(unsigned long long), stream));
-      launch_rerun(bv, pending_[current].get(), count, flags, stream);
+      uint64_t run_now = count;
+      if (need_cell && !need_slot && !flags.heap_exhausted) run_now = std::min(count, std::max<uint64_t>(available_cells(), 1));
+      const uint64_t carried = count - run_now;
+      if (carried)
+        GPHASH_CUDA(cudaMemcpyAsync(pending_[next].get(), pending_[current].get() + run_now, carried * 4,
+                                    cudaMemcpyDeviceToDevice, stream));
+      unsigned long long* waiting = reinterpret_cast<unsigned long long*>(&counters_init_.get()->pending);
+      waiting[0] = carried, waiting[1] = 0, waiting[2] = carried;  // pending, pending_slot, pending_cell
+      GPHASH_CUDA(cudaMemcpyAsync(&counters_.get()->pending, waiting, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
+      launch_rerun(bv, pending_[current].get(), run_now, flags, stream);
       read_counters(stream);
       current = next;
       count = host_counters_.get()->pending;
@@ -1013,10 +1020,20 @@ class GpuEngine final : public Engine {
     free_cells_ = std::move(bigger);
   }
 
-  // In the slow path: the cells this batch freed join the free stack at once. True if any did.
-  bool reclaim_freed_cells(cudaStream_t stream) {
+  // Free cells, on the host's count (current after settle_heap).
+  uint64_t available_cells() const {
+    return free_count_ + (dt_.heap.capacity - std::min(fresh_next_, dt_.heap.capacity));
+  }
+
+  // In the slow path, for runs that found no free cell. The cells this batch freed so far join the
+  // free stack at once (safe: the parallel pass is over and no pending run has freed anything),
+  // and the heap grows if the runs need more than that. Without the growth a batch that updates
+  // more values than the stack holds went round by round, each round rerunning every waiting run
+  // for the few cells the last one freed: YCSB A (128-byte values, batches of 2^20) spent 63% of
+  // its time there on the H100. The cost is heap room for one batch's updates. True if a rerun
+  // can find cells; sets `exhausted` if none are free and the heap cannot grow.
+  bool provide_cells(uint64_t need, cudaStream_t stream, bool* exhausted) {
     read_counters(stream);
-    if (host_counters_.get()->cells_freed == 0) return false;
     settle_heap(stream);
     ensure_free_stack(free_count_ + ctx_.freed_capacity, stream);
     ctx_.free_cells = free_cells_.get();
@@ -1024,8 +1041,9 @@ class GpuEngine final : public Engine {
     unsigned long long* restart = reinterpret_cast<unsigned long long*>(counters_init_.get());
     restart[0] = 0, restart[1] = fresh_next_, restart[2] = 0;  // cells_taken, fresh_next, cells_freed
     GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), restart, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
-    read_counters(stream);
-    return true;
+    reserve_cells(need);
+    if (available_cells() == 0) *exhausted = true;
+    return !*exhausted;
   }
 
   // After a batch: cells taken from the stack are gone from its top, freed cells join it.
