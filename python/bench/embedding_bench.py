@@ -59,6 +59,35 @@ def time_it(fn, iters, warmup=3):
     return start.elapsed_time(end) / 1e3 / iters  # seconds per call
 
 
+def host_time(fn, iters):
+    """Seconds the host spends issuing one call (no synchronisation inside the loop): when this is
+    close to time_it's figure, the calls are bound by the host, not the GPU."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for i in range(iters):
+        fn(i)
+    secs = (time.perf_counter() - t) / iters
+    torch.cuda.synchronize()
+    return secs
+
+
+def graph_time(fn, example, iters):
+    """Seconds per call of fn captured in a CUDA graph and replayed, with each batch's ids copied
+    into the captured input first (how a model runs under CUDA graphs); the GPU's own time when
+    the host's launch cost is what limits the plain calls."""
+    static_ids = example.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn(static_ids)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = fn(static_ids)
+    return time_it(lambda i: (static_ids.copy_(example), graph.replay()), iters), static_ids, static_out, graph
+
+
 def pcie_bandwidth():
     src = torch.empty(1 << 28, dtype=torch.float32, pin_memory=True)  # 1 GiB
     dst = torch.empty_like(src, device="cuda")
@@ -217,7 +246,9 @@ def main():
             after = store.stats()
             hits = after["cache_hits"] - before["cache_hits"]
             misses = after["cache_misses"] - before["cache_misses"]
-            r[name] = {"seconds": s, "Mids_per_s": round(r["ids"] / s / 1e6, 1)}
+            r[name] = {"seconds": s, "Mids_per_s": round(r["ids"] / s / 1e6, 1),
+                       "host_us_per_call": round(1e6 * host_time(lambda i: store.lookup(ids[i], offsets, pooling="sum"),
+                                                                 len(ids)), 1)}
             if hits + misses:
                 r[name]["hit_rate"] = round(hits / (hits + misses), 4)
             r[name]["miss_gather_GBps"] = round(misses / len(ids) * row_bytes / s / 1e9, 2)
@@ -226,6 +257,20 @@ def main():
                                                            rtol=1e-4, atol=1e-4))
 
     run_gphash("gphash", stores["gphash"])
+    # The same lookups under a CUDA graph (the store keeps its cache; one graph per batch size).
+    for r in report["results"]:
+        ids, offsets = inputs[r["batch"]]
+        try:
+            s, static_ids, static_out, graph = graph_time(
+                lambda x: stores["gphash"].lookup(x, offsets, pooling="sum"), ids[0], len(ids))
+            want = torch.nn.functional.embedding_bag(ids[0], weight_gpu, offsets, mode="sum")
+            graph.replay()
+            r["gphash-graph"] = {"seconds": s, "Mids_per_s": round(r["ids"] / s / 1e6, 1),
+                                 "matches_torch": bool(torch.allclose(static_out, want, rtol=1e-4, atol=1e-4))}
+            del graph, static_out
+        except Exception as e:  # noqa: BLE001  (report why a capture failed; the rest still runs)
+            r["gphash-graph"] = {"error": f"{type(e).__name__}: {e}"}
+            torch.cuda.synchronize()
     stores["gphash"].close()
     store = gphash.EmbeddingStore.open(args.pool, engine="gpu", cache_bytes=0)
     run_gphash("gphash-nocache", store)
@@ -254,8 +299,10 @@ def main():
             return host_out.to(dev, non_blocking=True)
         s = time_it(cpu_gather, len(ids))
         r["cpu-gather"] = {"seconds": s, "Mids_per_s": round(r["ids"] / s / 1e6, 1)}
-        s = time_it(lambda i: torch.nn.functional.embedding_bag(ids[i], weight_gpu, offsets, mode="sum"), len(ids))
-        r["torch-gpu"] = {"seconds": s, "Mids_per_s": round(r["ids"] / s / 1e6, 1)}
+        torch_gpu = lambda i: torch.nn.functional.embedding_bag(ids[i], weight_gpu, offsets, mode="sum")  # noqa: E731
+        s = time_it(torch_gpu, len(ids))
+        r["torch-gpu"] = {"seconds": s, "Mids_per_s": round(r["ids"] / s / 1e6, 1),
+                          "host_us_per_call": round(1e6 * host_time(torch_gpu, len(ids)), 1)}
         if have_cupy:
             import cupy as cp
             f = mod.get_function("naive_gather")
@@ -296,6 +343,11 @@ def main():
     print(f"PCIe: pinned H2D copy {report['pcie_h2d_copy_GBps']} GB/s; random 128-B reads "
           f"{report.get('pcie_random_128B_read_GBps', 'n/a')} GB/s; uniform no-cache gather "
           f"{report['uniform_nocache_65536']['gather_GBps']} GB/s")
+    print("batch  gphash host us/call  torch-gpu host us/call  gphash under a CUDA graph [M ids/s]")
+    for r in report["results"]:
+        g = r.get("gphash-graph", {})
+        print(f"{r['batch']:>6} {r['gphash']['host_us_per_call']:>20} {r['torch-gpu']['host_us_per_call']:>23}  "
+              f"{g.get('Mids_per_s', g.get('error'))} {'(matches torch)' if g.get('matches_torch') else ''}")
     print("batch  unique  hit    gphash  nocache  cpu(a)  torch-gpu(b)  naive(c)   [M ids/s]  x(a)  /(b)")
     for r in report["results"]:
         print(f"{r['batch']:>6} {r['unique_ratio']:>6.3f} {r['gphash'].get('hit_rate', 0):>6.3f} "
@@ -303,7 +355,7 @@ def main():
               f"{r['torch-gpu']['Mids_per_s']:>12} {r.get('naive-zero-copy', {}).get('Mids_per_s', 'n/a'):>9} "
               f"           {r['speedup_vs_cpu_gather']:>5} {r['slowdown_vs_torch_gpu']:>5}")
     ok = {k: all(r[k].get("matches_torch", True) for r in report["results"] if k in r)
-          for k in ("gphash", "gphash-nocache", "naive-zero-copy")}
+          for k in ("gphash", "gphash-nocache", "gphash-graph", "naive-zero-copy")}
     print(f"results equal torch.nn.functional.embedding_bag: {ok}")
     print(f"file tier (io_uring substitute for GDRec's NVMe path): {report['file_tier']}")
     print("(d) FBGEMM TBE: not run (fbgemm-gpu not installable offline)")

@@ -262,13 +262,30 @@ class EmbeddingStore:
         else:
             rows = len(ids)
         out = _empty(ids, (max(rows, 0), self.dim), self.dtype)
-        mask = None
-        if found:
-            if _on_cuda(ids):
+        if _on_cuda(ids):
+            if found:
                 raise _error("found= is for host lookups", "found")
-            mask = _empty(ids, (len(ids),), "uint8")
-        self._s.lookup(ids, offsets, include_last_offset, _POOLINGS[pooling], out, mask, _stream_of(ids))
+            self._lookup_cuda(ids, offsets, include_last_offset, _POOLINGS[pooling], out)
+            return out
+        mask = _empty(ids, (len(ids),), "uint8") if found else None
+        self._s.lookup(ids, offsets, include_last_offset, _POOLINGS[pooling], out, mask, 0)
         return (out, mask) if found else out
+
+    def _lookup_cuda(self, ids, offsets, include_last_offset, pooling, out):
+        """CUDA tensors go by address, checked here: at small batches a lookup costs what the
+        host spends on it, and DLPack conversions cost more than the kernel launches."""
+        torch = _torch()
+        if ids.dtype != torch.int64 or ids.dim() != 1:
+            raise _error("ids must be a 1-D int64 array", "ids")
+        off, n_off = 0, 0
+        if offsets is not None:
+            if not _on_cuda(offsets) or offsets.device != ids.device:
+                raise _error("offsets must be on the same device as ids", "offsets")
+            if offsets.dtype != torch.int64 or offsets.dim() != 1:
+                raise _error("offsets must be a 1-D int64 array", "offsets")
+            off, n_off = offsets.data_ptr(), offsets.numel()
+        self._s.lookup_cuda(ids.data_ptr(), ids.numel(), off, n_off, include_last_offset, pooling, out.data_ptr(),
+                            torch.cuda.current_stream(ids.device).cuda_stream)
 
     def export(self):
         """Every (ID, row), as NumPy arrays."""

@@ -287,6 +287,18 @@ struct PyStore {
     nb::gil_scoped_release release;
     s.lookup_host(static_cast<const int64_t*>(ids.data()), n, off, n_off, include_last, p, out.data(), f);
   }
+  // CUDA tensors by address: the Python side has checked their dtype, shape and device. A lookup
+  // of a small batch costs what the host spends on it, and taking three tensors through DLPack
+  // costs more than the lookup's kernel launches.
+  void lookup_cuda(uintptr_t ids, size_t n, uintptr_t offsets, size_t n_offsets, bool include_last,
+                   const std::string& pooling, uintptr_t out, uintptr_t stream) {
+    emb::EmbeddingStore& s = get();
+    const emb::Pooling p = emb::parse_pooling(pooling);
+    if (n && !ids) bad("ids must be allocated", "ids");
+    nb::gil_scoped_release release;
+    s.lookup_device(reinterpret_cast<const int64_t*>(ids), n, offsets ? reinterpret_cast<const int64_t*>(offsets) : nullptr,
+                    n_offsets, include_last, p, reinterpret_cast<void*>(out), reinterpret_cast<CUstream_st*>(stream));
+  }
   size_t export_rows(const Array& ids, const Array& rows) {
     emb::EmbeddingStore& s = get();
     require_int64(ids, "ids");
@@ -473,6 +485,7 @@ NB_MODULE(_gphash, m) {
       .def("find_or_insert", &PyStore::find_or_insert)
       .def("lookup", &PyStore::lookup, "ids"_a, "offsets"_a.none(), "include_last"_a, "pooling"_a, "out"_a,
            "found"_a.none(), "stream"_a)
+      .def("lookup_cuda", &PyStore::lookup_cuda)
       .def("export_rows", &PyStore::export_rows)
       .def("stats", &PyStore::stats)
       .def("size", [](PyStore& s) { return s.get().size(); })

@@ -292,6 +292,67 @@ def test_gpu_lookup_empty_and_large_batches(pool_name):
     store.close()
 
 
+def test_gpu_lookups_in_a_row_on_several_streams(pool_name):
+    """Many lookups back to back (the dedup table and the counts are handed from one lookup to the
+    next in GPU memory), on alternating streams, sizes growing and shrinking, and lookups with no
+    bags at all between them: each equals the CPU's reference."""
+    torch = _torch()
+    _cuda_ready(torch)
+    store, ids, table = make_store(pool_name, 24, "float32", n=6000, engine="gpu", cache_bytes=1 << 19,
+                                   aging_interval=3)
+    rng = np.random.default_rng(11)
+    streams = [torch.cuda.current_stream(), torch.cuda.Stream(), torch.cuda.Stream()]
+    pending = []
+    for k in range(40):
+        q, offsets = bags(rng, ids[:800], int(rng.integers(1, 1500)), 12, missing=-3)
+        with torch.cuda.stream(streams[k % 3]):
+            tq, toff = torch.from_numpy(q).cuda(), torch.from_numpy(offsets).cuda()
+            pending.append((store.lookup(tq, toff, pooling="mean"), reference(table, q, offsets, "mean", 24)))
+            if k % 7 == 0:  # ids but no bags: the lookup still runs its kernels and must leave no trace
+                none = store.lookup(tq, toff[:1], pooling="sum", include_last_offset=True)
+                assert none.shape == (0, 24)
+    torch.cuda.synchronize()
+    for out, want in pending:
+        np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    st = store.stats()
+    assert st["cache_hits"] > 0 and st["lookups"] == 40 + 6
+    store.close()
+
+
+def test_gpu_lookup_in_a_cuda_graph(pool_name):
+    """A lookup captured in a CUDA graph after a warm-up and replayed with new IDs copied into its
+    input gives the rows of those IDs (nothing is decided on the host per lookup); plain lookups
+    still work afterwards."""
+    torch = _torch()
+    _cuda_ready(torch)
+    store, ids, table = make_store(pool_name, 32, "float32", n=5000, engine="gpu", cache_bytes=1 << 19)
+    rng = np.random.default_rng(5)
+    n_bags, per = 512, 4
+    offsets = torch.arange(0, n_bags * per, per, device="cuda")
+    static_ids = torch.from_numpy(rng.choice(ids, size=n_bags * per)).cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            store.lookup(static_ids, offsets, pooling="sum")
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        static_out = store.lookup(static_ids, offsets, pooling="sum")
+    for _ in range(12):
+        q = rng.choice(ids, size=n_bags * per)
+        q[::17] = -5  # missing: the default row (zeros)
+        static_ids.copy_(torch.from_numpy(q))
+        graph.replay()
+        want = reference(table, q, offsets.cpu().numpy(), "sum", 32)
+        np.testing.assert_allclose(static_out.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    q = rng.choice(ids, size=100)
+    got = store.lookup(torch.from_numpy(q).cuda(), pooling=None).cpu().numpy()
+    np.testing.assert_allclose(got, reference(table, q, None, None, 32), rtol=1e-6)
+    del graph
+    store.close()
+
+
 @pytest.mark.parametrize("damage,code", [("truncate", "Truncated"), ("short", "Truncated"), ("magic", "NotAPool"),
                                          ("field", "ChecksumMismatch"), ("missing", "NotFound")])
 def test_damaged_row_file_is_a_typed_error(pool_name, damage, code):

@@ -1,25 +1,26 @@
 // The GPU lookup of an EmbeddingStore (GDRec's design on the gphash index). Per lookup, all on
-// the caller's stream, with no host synchronisation:
-//   1. dedup: every position finds its ID's slot in an open-addressing table in the workspace
-//      (the first position to claim a slot owns it), the owners number the unique IDs, and each
-//      position gets its unique index (inverse); the unique count stays in GPU memory (kernels
-//      read it; grids are sized for the worst case, all IDs unique). Three small kernels: the
-//      radix sort this replaced took about 15 launches, a fixed cost of ~0.1 ms per lookup that
-//      made small batches slower than the CPU path (H100, 2,048 IDs);
-//   2. locate: a warp per unique ID probes the row cache (one set, its ways read by one lane
-//      each); on a miss the warp finds the ID through a device session on the Table (one-shot
-//      warp probe); gather: a group of stride/16 lanes per row copies it from the cache or from
-//      the registered row file: rows are stride-aligned (32/64/128*k bytes) and read with
-//      16-byte loads, so each 128-byte segment a group touches is read whole by one instruction
-//      (access coalescing and aligning), and a warp has several small rows in flight;
-//   3. admission (cache on): missed rows enter the cache when their estimated frequency (a
-//      count sketch of misses) beats the victim's, the way with the fewest hits in its set
-//      (TinyLFU-like); every `aging_interval` lookups all counts are halved, so the cache
-//      follows a drifting hot set (the refresh policy). Membership changes only here, between
-//      the fetches of two lookups, so a fetch never reads a row being replaced;
-//   4. output: each position (pooling none) or bag (sum, mean) is written from the unique rows.
-// Lookups are ordered after the previous lookup's end (an event), whatever their streams, since
-// they share the cache.
+// the caller's stream, with no host synchronisation, in three kernels (four with the cache):
+//   1. dedup: every position finds its ID's slot in an open-addressing table (the first position
+//      to claim a slot owns it and numbers its ID as the next unique one); the unique count stays
+//      in GPU memory (kernels read it; grids are sized for the worst case, all IDs unique);
+//   2. locate and gather: a warp per unique ID frees its dedup slot and probes the row cache (one
+//      set, its ways read by one lane each); a hit is used where it lies. On a miss the warp finds
+//      the ID through a device session on the Table (one-shot warp probe) and copies the row from
+//      the registered row file into a staging row: rows are stride-aligned (32/64/128*k bytes) and read with 16-byte
+//      loads, so each 128-byte segment is read whole by one instruction (access coalescing and
+//      aligning);
+//   3. output: each position (pooling none) or bag (sum, mean) is written from its unique row;
+//   4. admission (cache on): missed rows enter the cache when their estimated frequency (a count
+//      sketch of misses) beats the victim's, the way with the fewest hits in its set
+//      (TinyLFU-like); every `aging_interval` lookups all counts are halved, so the cache follows a
+//      drifting hot set (the refresh policy). It runs after the output, so membership never
+//      changes while a lookup reads the cache.
+// Why so few steps: at small batches a lookup's cost is the host's (each launch or stream call is
+// microseconds), so the workspace persists between lookups (grown stream-ordered when a batch is
+// larger), the kernels hand each other their counts in GPU memory (LookupState) and leave the
+// dedup table empty behind them: nothing is cleared or decided on the host per lookup, which is
+// also what lets a lookup be captured in a CUDA graph. Lookups are ordered after the previous
+// lookup's end, whatever their streams, since they share the cache and the workspace.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -44,6 +45,14 @@ void check(cudaError_t e, const char* what) {
 
 struct DeviceCounters {
   unsigned long long hits, misses, missing, unique;
+};
+
+// What a lookup's kernels pass on to each other in GPU memory, so that a lookup needs nothing from
+// the host per call (and can be captured in a CUDA graph and replayed).
+struct LookupState {
+  uint32_t n_unique;   // counted by the dedup, zeroed by the output kernel (which does not read it)
+  uint32_t n_located;  // n_unique as the locate kernel saw it, for the admission after the output
+  uint32_t lookups;    // lookups with a cache so far: every aging_interval-th one ages the counts
 };
 
 struct CacheView {
@@ -72,15 +81,23 @@ __device__ inline void copy_row(std::byte* dst, const std::byte* src, uint32_t s
 
 constexpr uint32_t kFreeSlot = ~0u;
 
-// Dedup, step 1: the slot of each position's ID, by linear probing from its hash. A free slot is
-// claimed by CAS with the position's index; a taken one holds the ID at ids[owner].
-__global__ void find_slots(const uint64_t* ids, uint32_t n, uint32_t* owners, uint32_t mask, uint32_t* slot_of) {
+// Dedup: the slot of each position's ID, by linear probing from its hash. A free slot is claimed
+// by CAS with the position's index (a taken one holds the ID at ids[owner]); the claiming position
+// numbers its ID. The locate kernel frees the claimed slots again, so the table is never cleared.
+__global__ void dedup_ids(const uint64_t* ids, uint32_t n, uint32_t* owners, uint32_t mask, uint32_t* slot_of,
+                          uint32_t* unique_of_slot, uint64_t* unique_ids, uint32_t* slot_of_unique, LookupState* state) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const uint64_t id = ids[i];
     uint32_t s = static_cast<uint32_t>(mix64(id)) & mask;
     for (;;) {
       uint32_t owner = owners[s];
-      if (owner == kFreeSlot && (owner = atomicCAS(&owners[s], kFreeSlot, i)) == kFreeSlot) break;
+      if (owner == kFreeSlot && (owner = atomicCAS(&owners[s], kFreeSlot, i)) == kFreeSlot) {
+        const uint32_t u = atomicAdd(&state->n_unique, 1u);
+        unique_of_slot[s] = u;
+        unique_ids[u] = id;
+        slot_of_unique[u] = s;
+        break;
+      }
       if (ids[owner] == id) break;
       s = (s + 1) & mask;
     }
@@ -88,42 +105,25 @@ __global__ void find_slots(const uint64_t* ids, uint32_t n, uint32_t* owners, ui
   }
 }
 
-// Step 2: the owner of each slot numbers its ID.
-__global__ void number_unique(const uint64_t* ids, uint32_t n, const uint32_t* owners, const uint32_t* slot_of,
-                              uint32_t* unique_of_slot, uint64_t* unique_ids, uint32_t* n_unique) {
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const uint32_t s = slot_of[i];
-    if (owners[s] != i) continue;
-    const uint32_t u = atomicAdd(n_unique, 1u);
-    unique_of_slot[s] = u;
-    unique_ids[u] = ids[i];
-  }
-}
-
-// Step 3: each position's unique index.
-__global__ void map_positions(const uint32_t* slot_of, const uint32_t* unique_of_slot, uint32_t n, uint32_t* inverse,
-                              const uint32_t* n_unique, DeviceCounters* counters) {
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    inverse[i] = unique_of_slot[slot_of[i]];
-    if (i == 0) atomicAdd(&counters->unique, static_cast<unsigned long long>(*n_unique));
-  }
-}
-
-// Where each unique ID's row comes from: a cache way (kFromCache | slot), a row of the row file
-// (its index), or nowhere (kMissing: the default row).
-constexpr uint64_t kFromCache = uint64_t{1} << 63, kMissing = ~uint64_t{0};
-
-// A warp per unique ID: the cache's set (a lane per way), then, on a miss, the index (the
-// TableRef's one-shot warp probe). Only 8-byte words move here; the rows move in gather_rows.
-__global__ void locate_rows(Ref ref, CacheView cache, const uint64_t* unique_ids, const uint32_t* n_unique_p,
-                            uint64_t row_capacity, uint64_t* source, uint8_t* admit, DeviceCounters* counters) {
+// A warp per unique ID: the cache's set (a lane per way); on a miss, the index (the TableRef's
+// one-shot warp probe), then the row from the row file into its staging row, 16 bytes a lane.
+// row_of[u] ends up pointing at the unique ID's row: a cache way, a staging row or the default row.
+__global__ void locate_and_gather(Ref ref, CacheView cache, const uint64_t* unique_ids, const uint32_t* slot_of_unique,
+                                  uint32_t* owners, LookupState* state, uint64_t row_capacity, const std::byte* host_rows, const std::byte* default_row,
+                                  uint32_t stride, std::byte* staged_rows, const std::byte** row_of, uint8_t* admit,
+                                  DeviceCounters* counters) {
   __shared__ uint64_t where[kWarpsPerBlock];
   const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
   const uint32_t warps = gridDim.x * kWarpsPerBlock;
-  const uint32_t n_unique = *n_unique_p;
+  const uint32_t n_unique = state->n_unique;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    state->n_located = n_unique;
+    atomicAdd(&counters->unique, static_cast<unsigned long long>(n_unique));
+  }
   unsigned long long hits = 0, misses = 0, missing = 0;
   for (uint32_t u = blockIdx.x * kWarpsPerBlock + wib; u < n_unique; u += warps) {
     const uint64_t id = unique_ids[u];
+    if (lane == 0) owners[slot_of_unique[u]] = kFreeSlot;  // the dedup is done with it
     if (cache.sets && id != kNoId) {
       const uint64_t set = mix64(id) & (cache.sets - 1);
       const bool match = lane < cache.ways && cache.ids[set * cache.ways + lane] == id;
@@ -132,7 +132,7 @@ __global__ void locate_rows(Ref ref, CacheView cache, const uint64_t* unique_ids
         const uint64_t slot = set * cache.ways + (__ffs(mask) - 1);
         if (lane == 0) {
           atomicAdd(&cache.scores[slot], 1u);
-          source[u] = kFromCache | slot;
+          row_of[u] = cache.rows + slot * stride;
           admit[u] = 0;
           ++hits;
         }
@@ -146,9 +146,11 @@ __global__ void locate_rows(Ref ref, CacheView cache, const uint64_t* unique_ids
     __syncwarp();
     const uint64_t row = where[wib];
     const bool found = s == OpStatus::kOk && row < row_capacity;
+    std::byte* staged = staged_rows + static_cast<size_t>(u) * stride;
+    if (found) copy_row(staged, host_rows + row * stride, stride, lane);
     if (lane == 0) {
-      source[u] = found ? row : kMissing;
-      admit[u] = found;
+      row_of[u] = found ? staged : default_row;
+      admit[u] = found && cache.sets;
       found ? ++misses : ++missing;
     }
     __syncwarp();
@@ -160,33 +162,21 @@ __global__ void locate_rows(Ref ref, CacheView cache, const uint64_t* unique_ids
   }
 }
 
-// The gather: a group of `lanes` lanes (stride / 16, at most 32) per row, each lane a 16-byte
-// load, so a group reads its row's aligned 32/64/128-byte segments whole, and a warp keeps
-// 32 / lanes rows in flight at once (small rows do not leave most of the warp idle).
-__global__ void gather_rows(CacheView cache, const uint64_t* source, const uint32_t* n_unique_p,
-                            const std::byte* host_rows, const std::byte* default_row, uint32_t stride,
-                            uint32_t lanes, std::byte* unique_rows) {
-  const uint32_t groups_per_block = blockDim.x / lanes;
-  const uint32_t group = threadIdx.x / lanes, lane = threadIdx.x % lanes;
-  if (group >= groups_per_block) return;
-  const uint32_t n_unique = *n_unique_p;
-  const uint32_t vectors = stride / 16;
-  for (uint32_t u = blockIdx.x * groups_per_block + group; u < n_unique; u += gridDim.x * groups_per_block) {
-    const uint64_t from = source[u];
-    const std::byte* src = from == kMissing ? default_row
-                           : (from & kFromCache) ? cache.rows + (from & ~kFromCache) * stride
-                                                 : host_rows + from * stride;
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    uint4* d = reinterpret_cast<uint4*>(unique_rows + static_cast<size_t>(u) * stride);
-    for (uint32_t v = lane; v < vectors; v += lanes) d[v] = s[v];
-  }
-}
-
-__global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const uint32_t* n_unique_p, const uint8_t* admit,
-                           const std::byte* unique_rows, uint32_t stride) {
+// Admission of the missed rows; every aging_interval-th lookup it also halves every count (the
+// refresh policy), racing benignly with the admissions' reads of them: the counts only guide.
+__global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const LookupState* state, uint32_t aging_interval,
+                           const uint8_t* admit, const std::byte* const* row_of, uint32_t stride) {
   const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
   const uint32_t warps = gridDim.x * kWarpsPerBlock;
-  const uint32_t n_unique = *n_unique_p;
+  const uint32_t n_unique = state->n_located;
+  if (state->lookups % aging_interval == 0) {
+    const uint64_t n_scores = uint64_t{cache.sets} * cache.ways, n_sketch = uint64_t{cache.sketch_mask} + 1;
+    for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n_scores + n_sketch;
+         i += gridDim.x * uint64_t{blockDim.x}) {
+      if (i < n_scores) cache.scores[i] >>= 1;
+      else cache.sketch[i - n_scores] >>= 1;
+    }
+  }
   for (uint32_t u = blockIdx.x * kWarpsPerBlock + wib; u < n_unique; u += warps) {
     if (!admit[u]) continue;  // the same for every lane of the warp
     const uint64_t id = unique_ids[u];
@@ -214,7 +204,7 @@ __global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const ui
     if (victim == 0 || freq > victim - 1) {
       if (lane == 0) cache.ids[slot] = kNoId;
       __syncwarp();
-      copy_row(cache.rows + slot * stride, unique_rows + static_cast<size_t>(u) * stride, stride, lane);
+      copy_row(cache.rows + slot * stride, row_of[u], stride, lane);
       __syncwarp();
       if (lane == 0) {
         cache.scores[slot] = freq;
@@ -226,13 +216,6 @@ __global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const ui
       atomicExch(&cache.locks[set], 0);
     }
     __syncwarp();
-  }
-}
-
-__global__ void age_counts(uint32_t* scores, uint64_t n_scores, uint32_t* sketch, uint64_t n_sketch) {
-  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n_scores + n_sketch; i += gridDim.x * uint64_t{blockDim.x}) {
-    if (i < n_scores) scores[i] >>= 1;
-    else sketch[i - n_scores] >>= 1;
   }
 }
 
@@ -256,22 +239,39 @@ template <> __device__ inline float from_f(float v) { return v; }
 template <> __device__ inline __half from_f(float v) { return __float2half_rn(v); }
 template <> __device__ inline __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
 
-// One warp per position: out[i] = unique_rows[inverse[i]].
+// Position i's row: the row of its ID's unique index.
+struct PositionRows {
+  const uint32_t* slot_of;
+  const uint32_t* unique_of_slot;
+  const std::byte* const* row_of;
+  __device__ const std::byte* operator[](uint32_t i) const { return row_of[unique_of_slot[slot_of[i]]]; }
+};
+
+// The output kernels end the lookup's use of the unique count (see LookupState).
+__device__ inline void end_of_lookup(LookupState* state) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    state->n_unique = 0;
+    ++state->lookups;
+  }
+}
+
+// One warp per position: out[i] = its row.
 template <class T>
-__global__ void expand_rows(const std::byte* unique_rows, uint32_t stride, const uint32_t* inverse, uint32_t n,
-                            uint32_t dim, T* out) {
+__global__ void expand_rows(PositionRows rows, uint32_t n, uint32_t dim, T* out, LookupState* state) {
+  end_of_lookup(state);
   const int lane = threadIdx.x & 31;
   const uint32_t warps = gridDim.x * kWarpsPerBlock;
   for (uint32_t i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32; i < n; i += warps) {
-    const T* src = reinterpret_cast<const T*>(unique_rows + static_cast<size_t>(inverse[i]) * stride);
+    const T* src = reinterpret_cast<const T*>(rows[i]);
     for (uint32_t j = lane; j < dim; j += 32) out[static_cast<size_t>(i) * dim + j] = src[j];
   }
 }
 
 // One warp per bag, lanes across the row; sums in float32, as torch's EmbeddingBag on half does.
 template <class T>
-__global__ void pool_bags(const std::byte* unique_rows, uint32_t stride, const uint32_t* inverse, uint32_t n,
-                          const int64_t* offsets, uint32_t n_offsets, uint32_t n_bags, bool mean, uint32_t dim, T* out) {
+__global__ void pool_bags(PositionRows rows, uint32_t n, const int64_t* offsets, uint32_t n_offsets, uint32_t n_bags,
+                          bool mean, uint32_t dim, T* out, LookupState* state) {
+  end_of_lookup(state);
   const int lane = threadIdx.x & 31;
   const uint32_t warps = gridDim.x * kWarpsPerBlock;
   for (uint32_t b = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32; b < n_bags; b += warps) {
@@ -281,8 +281,7 @@ __global__ void pool_bags(const std::byte* unique_rows, uint32_t stride, const u
     const float scale = mean && end > begin ? 1.f / static_cast<float>(end - begin) : 1.f;
     for (uint32_t j = lane; j < dim; j += 32) {
       float acc = 0;
-      for (int64_t p = begin; p < end; ++p)
-        acc += to_f(reinterpret_cast<const T*>(unique_rows + static_cast<size_t>(inverse[p]) * stride)[j]);
+      for (int64_t p = begin; p < end; ++p) acc += to_f(reinterpret_cast<const T*>(rows[static_cast<uint32_t>(p)])[j]);
       out[static_cast<size_t>(b) * dim + j] = from_f<T>(acc * scale);
     }
   }
@@ -302,9 +301,26 @@ struct GpuLookup::Impl {
   uint64_t row_capacity = 0;
   std::byte* default_row = nullptr;    // GPU memory, one stride
   DeviceCounters* counters = nullptr;  // GPU memory
+  LookupState* state = nullptr;        // GPU memory
   CacheView cache;
   cudaEvent_t last_done = nullptr;     // the previous lookup's end
-  uint64_t lookups = 0;
+  cudaStream_t last_stream = nullptr;  // the previous lookup's stream (a lookup on it needs no wait)
+  bool waited_for_session = false;     // a lookup has been ordered after session_ready
+  // The workspace every lookup reuses, sized for `ids_capacity` IDs (grown, stream-ordered, by a
+  // larger lookup).
+  struct Workspace {
+    std::byte* base = nullptr;
+    uint32_t ids_capacity = 0;
+    uint32_t slots = 0;              // the dedup table: a power of two, at most half full
+    uint32_t* owners = nullptr;      // kFreeSlot, or the position that claimed the slot
+    uint32_t* unique_of_slot = nullptr;
+    uint32_t* slot_of = nullptr;     // per position
+    uint64_t* unique_ids = nullptr;  // per unique ID, and below too
+    uint32_t* slot_of_unique = nullptr;
+    const std::byte** row_of = nullptr;
+    uint8_t* admit = nullptr;
+    std::byte* staged_rows = nullptr;
+  } ws;
   // One device session serves every lookup until a write needs the table (pause()): beginning a
   // session waits for the table's previous work to settle and prepares the engine, which per
   // lookup would cost a host wait and a few calls. Lookups only search, so the frozen layout of a
@@ -320,6 +336,7 @@ struct GpuLookup::Impl {
     ref = session.ref<Ref>();
     check(cudaEventRecord(session_ready, session_stream), "cudaEventRecord");
     session_open = true;
+    waited_for_session = false;
   }
   void close_session() {
     if (!session_open) return;
@@ -347,6 +364,8 @@ struct GpuLookup::Impl {
     check(cudaMemcpy(default_row, row.data(), c.stride, cudaMemcpyHostToDevice), "cudaMemcpy");
     check(cudaMalloc(&counters, sizeof(DeviceCounters)), "cudaMalloc");
     check(cudaMemset(counters, 0, sizeof(DeviceCounters)), "cudaMemset");
+    check(cudaMalloc(&state, sizeof(LookupState)), "cudaMalloc");
+    check(cudaMemset(state, 0, sizeof(LookupState)), "cudaMemset");
     check(cudaEventCreateWithFlags(&last_done, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&session_ready, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaStreamCreateWithFlags(&session_stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -374,6 +393,39 @@ struct GpuLookup::Impl {
     }
   }
 
+  // Makes the workspace hold n IDs, on `stream`, which is already ordered after every earlier
+  // lookup (so the old workspace can be freed there).
+  void reserve(uint32_t n, cudaStream_t stream) {
+    if (n <= ws.ids_capacity) return;
+    uint32_t ids = 1024;
+    while (ids < n) ids *= 2;
+    const uint32_t slots = 2 * ids;
+    auto round = [](size_t b) { return (b + 255) / 256 * 256; };
+    size_t total = 0;
+    const size_t o_owners = total; total += round(4 * size_t{slots});
+    const size_t o_unique_of_slot = total; total += round(4 * size_t{slots});
+    const size_t o_slot_of = total; total += round(4 * size_t{ids});
+    const size_t o_unique_ids = total; total += round(8 * size_t{ids});
+    const size_t o_slot_of_unique = total; total += round(4 * size_t{ids});
+    const size_t o_row_of = total; total += round(8 * size_t{ids});
+    const size_t o_admit = total; total += round(size_t{ids});
+    const size_t o_staged = total; total += round(size_t{ids} * config.stride);
+    if (ws.base) check(cudaFreeAsync(ws.base, stream), "cudaFreeAsync of the lookup's workspace");
+    ws = {};
+    check(cudaMallocAsync(reinterpret_cast<void**>(&ws.base), total, stream), "cudaMallocAsync of the lookup's workspace");
+    ws.ids_capacity = ids;
+    ws.slots = slots;
+    ws.owners = reinterpret_cast<uint32_t*>(ws.base + o_owners);
+    ws.unique_of_slot = reinterpret_cast<uint32_t*>(ws.base + o_unique_of_slot);
+    ws.slot_of = reinterpret_cast<uint32_t*>(ws.base + o_slot_of);
+    ws.unique_ids = reinterpret_cast<uint64_t*>(ws.base + o_unique_ids);
+    ws.slot_of_unique = reinterpret_cast<uint32_t*>(ws.base + o_slot_of_unique);
+    ws.row_of = reinterpret_cast<const std::byte**>(ws.base + o_row_of);
+    ws.admit = reinterpret_cast<uint8_t*>(ws.base + o_admit);
+    ws.staged_rows = ws.base + o_staged;
+    check(cudaMemsetAsync(ws.owners, 0xff, 4 * size_t{slots}, stream), "cudaMemsetAsync");  // all kFreeSlot
+  }
+
   ~Impl() {
     try {
       close_session();
@@ -387,8 +439,10 @@ struct GpuLookup::Impl {
     cudaFree(cache.sketch);
     cudaFree(cache.locks);
     cudaFree(cache.rows);
+    cudaFree(ws.base);
     cudaFree(default_row);
     cudaFree(counters);
+    cudaFree(state);
     if (last_done) cudaEventDestroy(last_done);
     cudaHostUnregister(host_rows);
   }
@@ -434,78 +488,56 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
     if (n_bags) check(cudaMemsetAsync(out, 0, n_bags * row_bytes, stream), "cudaMemsetAsync");
     return;
   }
-  check(cudaStreamWaitEvent(stream, m.last_done, 0), "cudaStreamWaitEvent");
-  const uint32_t n32 = static_cast<uint32_t>(n);
-
-  // Workspace, stream-ordered (cudaMallocAsync: no device-wide synchronisation).
-  uint64_t slots = 1024;  // the dedup table: at most half full
-  while (slots < 2 * uint64_t{n32}) slots *= 2;
-  auto round = [](size_t b) { return (b + 255) / 256 * 256; };
-  size_t total = 0;
-  const size_t o_owners = total; total += round(4 * slots);
-  const size_t o_count = total; total += 256;
-  const size_t o_unique_of_slot = total; total += round(4 * slots);
-  const size_t o_slot_of = total; total += round(4 * n);
-  const size_t o_unique = total; total += round(8 * n);
-  const size_t o_inverse = total; total += round(4 * n);
-  const size_t o_admit = total; total += round(n);
-  const size_t o_source = total; total += round(8 * n);
-  const size_t o_rows = total; total += round(n * size_t{c.stride});
-  std::byte* ws = nullptr;
-  check(cudaMallocAsync(reinterpret_cast<void**>(&ws), total, stream), "cudaMallocAsync of the lookup's workspace");
-  auto at = [&](size_t o) { return ws + o; };
-  auto* owners = reinterpret_cast<uint32_t*>(at(o_owners));
-  auto* n_unique = reinterpret_cast<uint32_t*>(at(o_count));
-  auto* unique_of_slot = reinterpret_cast<uint32_t*>(at(o_unique_of_slot));
-  auto* slot_of = reinterpret_cast<uint32_t*>(at(o_slot_of));
-  auto* unique_ids = reinterpret_cast<uint64_t*>(at(o_unique));
-  auto* inverse = reinterpret_cast<uint32_t*>(at(o_inverse));
-  auto* admit = reinterpret_cast<uint8_t*>(at(o_admit));
-  auto* source = reinterpret_cast<uint64_t*>(at(o_source));
-  std::byte* unique_rows = at(o_rows);
-
-  const uint32_t grid = blocks_for(n, kBlock);
-  check(cudaMemsetAsync(owners, 0xff, 4 * slots, stream), "cudaMemsetAsync");
-  check(cudaMemsetAsync(n_unique, 0, 4, stream), "cudaMemsetAsync");
-  find_slots<<<grid, kBlock, 0, stream>>>(reinterpret_cast<const uint64_t*>(ids), n32, owners, static_cast<uint32_t>(slots - 1), slot_of);
-  number_unique<<<grid, kBlock, 0, stream>>>(reinterpret_cast<const uint64_t*>(ids), n32, owners, slot_of,
-                                             unique_of_slot, unique_ids, n_unique);
-  map_positions<<<grid, kBlock, 0, stream>>>(slot_of, unique_of_slot, n32, inverse, n_unique, m.counters);
-
-  // The index, through a device session on the Table: the fetch kernel's warps find the IDs.
-  const uint32_t warp_grid = blocks_for(n, kWarpsPerBlock);
+  // Ordered after the previous lookup (implicit on its own stream) and after the session began.
+  // Under CUDA graph capture neither wait can be captured (the events are recorded outside the
+  // graph): the capture must follow a lookup of the same size on the same stream (a warm-up,
+  // which torch.cuda.graph's users run anyway), and replays are ordered by their own stream.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  if (capturing && (!m.session_open || !m.waited_for_session || n > m.ws.ids_capacity))
+    throw Error(ErrorCode::kInvalidArgument,
+                "capturing a lookup in a CUDA graph needs a lookup of at least its size before it (a warm-up)", "ids");
   m.open_session();
-  check(cudaStreamWaitEvent(stream, m.session_ready, 0), "cudaStreamWaitEvent");
-  locate_rows<<<warp_grid, kBlock, 0, stream>>>(m.ref, m.cache, unique_ids, n_unique, m.row_capacity, source, admit,
-                                                 m.counters);
-  check(cudaGetLastError(), "launching the locate kernel");
-  const uint32_t lanes = std::min<uint32_t>(32, c.stride / 16);
-  gather_rows<<<blocks_for(n * lanes, kBlock), kBlock, 0, stream>>>(m.cache, source, n_unique, m.device_rows,
-                                                                   m.default_row, c.stride, lanes, unique_rows);
-  if (m.cache.sets) {
-    admit_rows<<<warp_grid, kBlock, 0, stream>>>(m.cache, unique_ids, n_unique, admit, unique_rows, c.stride);
-    if (++m.lookups % c.aging_interval == 0) {
-      const uint64_t slots = uint64_t{m.cache.sets} * m.cache.ways;
-      age_counts<<<blocks_for(slots, kBlock), kBlock, 0, stream>>>(m.cache.scores, slots, m.cache.sketch,
-                                                                    uint64_t{m.cache.sketch_mask} + 1);
-    }
+  if (!capturing && m.last_stream != stream) check(cudaStreamWaitEvent(stream, m.last_done, 0), "cudaStreamWaitEvent");
+  if (!m.waited_for_session) {
+    check(cudaStreamWaitEvent(stream, m.session_ready, 0), "cudaStreamWaitEvent");
+    m.waited_for_session = true;
   }
+  const uint32_t n32 = static_cast<uint32_t>(n);
+  m.reserve(n32, stream);
+  const Impl::Workspace& w = m.ws;
+
+  dedup_ids<<<blocks_for(n, kBlock), kBlock, 0, stream>>>(reinterpret_cast<const uint64_t*>(ids), n32, w.owners,
+                                                          w.slots - 1, w.slot_of, w.unique_of_slot, w.unique_ids,
+                                                          w.slot_of_unique, m.state);
+  const uint32_t warp_grid = blocks_for(n, kWarpsPerBlock);
+  locate_and_gather<<<warp_grid, kBlock, 0, stream>>>(m.ref, m.cache, w.unique_ids, w.slot_of_unique, w.owners, m.state,
+                                                      m.row_capacity, m.device_rows, m.default_row, c.stride,
+                                                      w.staged_rows, w.row_of, w.admit, m.counters);
+  const PositionRows rows{w.slot_of, w.unique_of_slot, w.row_of};
   auto output = [&](auto* typed_out) {
     using T = std::remove_pointer_t<decltype(typed_out)>;
     if (!offsets) {
-      expand_rows<T><<<warp_grid, kBlock, 0, stream>>>(unique_rows, c.stride, inverse, n32, c.dim, typed_out);
-    } else if (n_bags) {
+      expand_rows<T><<<warp_grid, kBlock, 0, stream>>>(rows, n32, c.dim, typed_out, m.state);
+    } else {  // launched with no bags too: it ends the lookup (end_of_lookup)
       pool_bags<T><<<blocks_for(n_bags, kWarpsPerBlock), kBlock, 0, stream>>>(
-          unique_rows, c.stride, inverse, n32, offsets, static_cast<uint32_t>(n_offsets), static_cast<uint32_t>(n_bags),
-          pooling == Pooling::kMean, c.dim, typed_out);
+          rows, n32, offsets, static_cast<uint32_t>(n_offsets), static_cast<uint32_t>(n_bags), pooling == Pooling::kMean,
+          c.dim, typed_out, m.state);
     }
   };
   if (c.dtype == RowType::kFloat32) output(static_cast<float*>(out));
   else if (c.dtype == RowType::kFloat16) output(static_cast<__half*>(out));
   else output(static_cast<__nv_bfloat16*>(out));
+  if (m.cache.sets)
+    admit_rows<<<warp_grid, kBlock, 0, stream>>>(m.cache, w.unique_ids, m.state, c.aging_interval, w.admit, w.row_of,
+                                                 c.stride);
   check(cudaGetLastError(), "launching the lookup's kernels");
-  check(cudaFreeAsync(ws, stream), "cudaFreeAsync");
+  if (capturing) return;
+  // Recorded every time (not only when the next lookup comes on another stream): by then this
+  // stream may have been destroyed.
   check(cudaEventRecord(m.last_done, stream), "cudaEventRecord");
+  m.last_stream = stream;
 }
 
 bool gpu_lookup_available() {

@@ -1,10 +1,10 @@
-// GpuLookup: the GPU side of an EmbeddingStore (built with CUDA only). Dedup of a batch's IDs
-// (radix sort + run marks, all on the stream), one kernel where a warp per unique ID probes the
-// row cache in GPU memory and, on a miss, finds the ID through a device session on the Table and
-// gathers its row from the registered row file with 16-byte loads over 128-byte-aligned rows;
-// then admission of missed rows into the cache (frequency-based, see gpu_lookup.cu) and the
-// pooling/expansion kernel into the caller's output. Nothing here waits for the device except
-// pause(), invalidate() and counters(), which writes and stats() call.
+// GpuLookup: the GPU side of an EmbeddingStore (built with CUDA only). Per lookup, three or four
+// kernels on the caller's stream (gpu_lookup.cu says what each does): dedup of the batch's IDs,
+// a warp per unique ID that probes the row cache in GPU memory and, on a miss, finds the ID
+// through a device session on the Table and gathers its row from the registered row file with
+// 16-byte loads over stride-aligned rows; the pooling/expansion into the caller's output; then
+// admission of missed rows into the cache. Nothing here waits for the device except pause(),
+// invalidate() and counters(), which writes and stats() call.
 #pragma once
 
 #include <cstddef>
