@@ -51,17 +51,36 @@ def _stream_of(x):
     """The current CUDA stream of x's device, as an integer handle (0 for host arrays)."""
     if not _on_cuda(x):
         return 0
-    return _torch().cuda.current_stream(x.device).cuda_stream
+    return _current_stream_handle(x.device)
+
+
+def _current_stream_handle(device):
+    """The current CUDA stream of a torch device as an integer handle. torch's raw accessor (what
+    Triton uses) where it exists: torch.cuda.current_stream() builds a Stream object, microseconds
+    a lookup of a small batch notices."""
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+_TORCH_DTYPES = {}
+
+
+def _torch_dtype(name):
+    if not _TORCH_DTYPES:
+        torch = _torch()
+        _TORCH_DTYPES.update({"uint8": torch.uint8, "uint64": torch.int64,  # torch's uint64 lacks most ops: same bytes
+                              "int64": torch.int64, "float32": torch.float32, "float16": torch.float16,
+                              "bfloat16": torch.bfloat16})
+    return _TORCH_DTYPES[name]
 
 
 def _empty(like, shape, dtype):
     """An uninitialised array of the same library and device as `like`. dtype is a NumPy dtype name."""
     if _is_torch(like):
-        torch = _torch()
-        tdt = {"uint8": torch.uint8, "uint64": torch.int64,  # torch's uint64 lacks most ops: same bytes as int64
-               "int64": torch.int64, "float32": torch.float32, "float16": torch.float16,
-               "bfloat16": torch.bfloat16}[dtype]
-        return torch.empty(shape, dtype=tdt, device=like.device)
+        return _torch().empty(shape, dtype=_torch_dtype(dtype), device=like.device)
     if dtype == "bfloat16":
         dtype = "uint16"  # NumPy has no bfloat16: the raw bits
     return _np.empty(shape, dtype=dtype)
@@ -183,6 +202,7 @@ class EmbeddingStore:
 
     def __init__(self, native):
         self._s = native
+        self._dim, self._dtype = native.dim(), native.dtype()  # fixed for the store's life
 
     @classmethod
     def create(cls, pool, dim, *, dtype="float32", capacity=1 << 20, default_value=0.0,
@@ -206,11 +226,11 @@ class EmbeddingStore:
 
     @property
     def dim(self):
-        return self._s.dim()
+        return self._dim
 
     @property
     def dtype(self):
-        return self._s.dtype()
+        return self._dtype
 
     def __len__(self):
         return self._s.size()
@@ -275,17 +295,17 @@ class EmbeddingStore:
         """CUDA tensors go by address, checked here: at small batches a lookup costs what the
         host spends on it, and DLPack conversions cost more than the kernel launches."""
         torch = _torch()
-        if ids.dtype != torch.int64 or ids.dim() != 1:
+        if ids.dtype is not torch.int64 or ids.dim() != 1:
             raise _error("ids must be a 1-D int64 array", "ids")
         off, n_off = 0, 0
         if offsets is not None:
             if not _on_cuda(offsets) or offsets.device != ids.device:
                 raise _error("offsets must be on the same device as ids", "offsets")
-            if offsets.dtype != torch.int64 or offsets.dim() != 1:
+            if offsets.dtype is not torch.int64 or offsets.dim() != 1:
                 raise _error("offsets must be a 1-D int64 array", "offsets")
             off, n_off = offsets.data_ptr(), offsets.numel()
         self._s.lookup_cuda(ids.data_ptr(), ids.numel(), off, n_off, include_last_offset, pooling, out.data_ptr(),
-                            torch.cuda.current_stream(ids.device).cuda_stream)
+                            _current_stream_handle(ids.device))
 
     def export(self):
         """Every (ID, row), as NumPy arrays."""

@@ -316,6 +316,23 @@ def test_gpu_lookups_in_a_row_on_several_streams(pool_name):
         np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
     st = store.stats()
     assert st["cache_hits"] > 0 and st["lookups"] == 40 + 6
+    # Writes reach the GPU's copy of the index: erased IDs get the default row, reassigned ones
+    # their new row, new ones theirs; and a reopened store copies the index again.
+    gone, moved, new = ids[:50], ids[50:100], np.arange(-60, -10, dtype=np.int64)
+    store.erase(gone)
+    new_rows = np.full((100, 24), 7.0, np.float32)
+    store.insert_or_assign(np.concatenate([moved, new]), new_rows)
+    for i in gone:
+        table.pop(int(i))
+    for i in np.concatenate([moved, new]):
+        table[int(i)] = new_rows[0]
+    q = np.concatenate([gone, moved, new, ids[100:300]])
+    for reopen in (False, True):
+        if reopen:
+            store.close()
+            store = gphash.EmbeddingStore.open(pool_name, engine="gpu", cache_bytes=1 << 19)
+        got = store.lookup(torch.from_numpy(q).cuda(), pooling=None).cpu().numpy()
+        np.testing.assert_allclose(got, reference(table, q, None, None, 24), rtol=1e-6)
     store.close()
 
 

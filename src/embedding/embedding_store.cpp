@@ -172,14 +172,8 @@ struct EmbeddingStore::Impl {
     return h.next_row++;
   }
 
-  // The GPU lookups keep a device session open; other uses of the table end it first.
-  void quiesce() {
-    if (gpu) gpu->pause();
-  }
-
   // Searches `n` ids; row index per id, ~0 when missing.
   std::vector<uint64_t> find_rows(const int64_t* ids, size_t n) {
-    quiesce();
     std::vector<uint64_t> where(n, ~uint64_t{0});
     std::vector<OpStatus> status(n);
     if (n == 0) return where;
@@ -280,7 +274,6 @@ const Table& EmbeddingStore::table() const { return impl_->table; }
 StoreStats EmbeddingStore::stats() const {
   impl_->check_open();
   std::lock_guard lock(impl_->mu);
-  impl_->quiesce();
   StoreStats s = impl_->counts;
   s.items = impl_->table.size();
   s.capacity = impl_->rows.header().capacity;
@@ -334,6 +327,13 @@ void EmbeddingStore::insert_or_assign(const int64_t* ids, size_t n, const void* 
   if (!keys.empty())
     m.table.execute({.size = keys.size(), .key_width = 8, .value_width = 8, .op = Op::kUpsert, .keys = keys.data(),
                      .values = fresh.data(), .status = status.data()});
+  if (m.gpu) {  // what the Table took, the GPU's copy of it takes too
+    std::vector<int64_t> taken;
+    std::vector<uint64_t> taken_rows;
+    for (size_t k = 0; k < keys.size(); ++k)
+      if (status[k] == OpStatus::kOk) taken.push_back(keys[k]), taken_rows.push_back(fresh[k]);
+    m.gpu->index_changed(taken.data(), taken_rows.data(), taken.size());
+  }
   for (size_t k = 0; k < keys.size(); ++k) {
     if (status[k] != OpStatus::kOk) {
       m.free_rows.push_back(fresh[k]);
@@ -341,7 +341,6 @@ void EmbeddingStore::insert_or_assign(const int64_t* ids, size_t n, const void* 
     }
     if (old[k] != ~uint64_t{0}) m.free_rows.push_back(old[k]);
   }
-  if (m.gpu) m.gpu->invalidate(keys.data(), keys.size());
 }
 
 size_t EmbeddingStore::erase(const int64_t* ids, size_t n) {
@@ -363,7 +362,7 @@ size_t EmbeddingStore::erase(const int64_t* ids, size_t n) {
       ++erased;
       if (old[k] != ~uint64_t{0}) m.free_rows.push_back(old[k]);
     }
-  if (m.gpu) m.gpu->invalidate(keys.data(), keys.size());
+  if (m.gpu) m.gpu->index_changed(keys.data(), nullptr, keys.size());
   return erased;
 }
 
@@ -489,7 +488,6 @@ size_t EmbeddingStore::export_rows(int64_t* ids, void* rows_out, size_t capacity
   Impl& m = *impl_;
   m.check_open();
   std::lock_guard lock(m.mu);
-  m.quiesce();
   const uint32_t rb = m.row_bytes();
   ExportCursor cursor;
   std::vector<uint64_t> where(capacity);

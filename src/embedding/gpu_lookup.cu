@@ -1,26 +1,28 @@
-// The GPU lookup of an EmbeddingStore (GDRec's design on the gphash index). Per lookup, all on
-// the caller's stream, with no host synchronisation, in three kernels (four with the cache):
+// The GPU lookup of an EmbeddingStore (GDRec's design on the gphash index). Per lookup, one
+// cooperative kernel on the caller's stream, with no host synchronisation, in three steps (four
+// with the cache) separated by grid barriers:
 //   1. dedup: every position finds its ID's slot in an open-addressing table (the first position
 //      to claim a slot owns it and numbers its ID as the next unique one); the unique count stays
-//      in GPU memory (kernels read it; grids are sized for the worst case, all IDs unique);
+//      in GPU memory;
 //   2. locate and gather: a warp per unique ID frees its dedup slot and probes the row cache (one
 //      set, its ways read by one lane each); a hit is used where it lies. On a miss the warp finds
-//      the ID through a device session on the Table (one-shot warp probe) and copies the row from
-//      the registered row file into a staging row: rows are stride-aligned (32/64/128*k bytes) and read with 16-byte
-//      loads, so each 128-byte segment is read whole by one instruction (access coalescing and
-//      aligning);
+//      the ID in the GPU-memory copy of the index (a device session, one-shot warp probe) and
+//      copies the row from the registered row file into a staging row: rows are stride-aligned
+//      (32/64/128*k bytes) and read with 16-byte loads, so each 128-byte segment is read whole by
+//      one instruction (access coalescing and aligning);
 //   3. output: each position (pooling none) or bag (sum, mean) is written from its unique row;
 //   4. admission (cache on): missed rows enter the cache when their estimated frequency (a count
 //      sketch of misses) beats the victim's, the way with the fewest hits in its set
 //      (TinyLFU-like); every `aging_interval` lookups all counts are halved, so the cache follows a
 //      drifting hot set (the refresh policy). It runs after the output, so membership never
 //      changes while a lookup reads the cache.
-// Why so few steps: at small batches a lookup's cost is the host's (each launch or stream call is
+// Why one launch: at small batches a lookup's cost is the host's (each launch or stream call is
 // microseconds), so the workspace persists between lookups (grown stream-ordered when a batch is
-// larger), the kernels hand each other their counts in GPU memory (LookupState) and leave the
-// dedup table empty behind them: nothing is cleared or decided on the host per lookup, which is
-// also what lets a lookup be captured in a CUDA graph. Lookups are ordered after the previous
+// larger), lookups hand each other their state in GPU memory (LookupState), and the dedup table
+// is left empty behind each: nothing is cleared or decided on the host per lookup, which is also
+// what lets a lookup be captured in a CUDA graph. Lookups are ordered after the previous
 // lookup's end, whatever their streams, since they share the cache and the workspace.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -38,6 +40,7 @@ using Ref = gpu::TableRef<gpu::Shape2L2H8S, 8>;
 constexpr uint64_t kNoId = ~uint64_t{0};  // id -1 is reserved by the index, so it marks an empty way
 constexpr int kBlock = 256, kWarpsPerBlock = kBlock / 32;
 constexpr unsigned kFull = 0xffffffffu;
+constexpr uint64_t kSketchPerRow = 4;  // admission-frequency counters per cached row
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(ErrorCode::kCuda, std::string("embedding lookup: ") + what + ": " + cudaGetErrorString(e));
@@ -47,12 +50,11 @@ struct DeviceCounters {
   unsigned long long hits, misses, missing, unique;
 };
 
-// What a lookup's kernels pass on to each other in GPU memory, so that a lookup needs nothing from
-// the host per call (and can be captured in a CUDA graph and replayed).
+// What one lookup passes on to the next in GPU memory, so that a lookup needs nothing from the
+// host per call (and can be captured in a CUDA graph and replayed).
 struct LookupState {
-  uint32_t n_unique;   // counted by the dedup, zeroed by the output kernel (which does not read it)
-  uint32_t n_located;  // n_unique as the locate kernel saw it, for the admission after the output
-  uint32_t lookups;    // lookups with a cache so far: every aging_interval-th one ages the counts
+  uint32_t n_unique;  // counted by the dedup, zeroed once every thread has read it
+  uint32_t lookups;   // lookups so far: every aging_interval-th one ages the cache's counts
 };
 
 struct CacheView {
@@ -61,7 +63,11 @@ struct CacheView {
   uint32_t* sketch = nullptr;  // miss counts by hash: the admission frequency estimate
   int* locks = nullptr;        // one per set, taken by admission only
   std::byte* rows = nullptr;   // sets * ways rows of `stride` bytes
-  uint32_t sets = 0, ways = 0, sketch_mask = 0;
+  uint32_t sets = 0, ways = 0;
+  uint64_t sketch_size = 0;   // kSketchPerRow counters per cached row
+  // Any number of sets and counters (the budget is used whole): the high half of hash * count.
+  __device__ uint64_t set_of(uint64_t hash) const { return __umul64hi(hash, sets); }
+  __device__ uint32_t& count_of(uint64_t hash) const { return sketch[__umul64hi(hash * 0x9e3779b97f4a7c15ull, sketch_size)]; }
 };
 
 __host__ __device__ inline uint64_t mix64(uint64_t x) {
@@ -81,59 +87,89 @@ __device__ inline void copy_row(std::byte* dst, const std::byte* src, uint32_t s
 
 constexpr uint32_t kFreeSlot = ~0u;
 
+template <class T> __device__ inline float to_f(T v);
+template <> __device__ inline float to_f(float v) { return v; }
+template <> __device__ inline float to_f(__half v) { return __half2float(v); }
+template <> __device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ inline T from_f(float v);
+template <> __device__ inline float from_f(float v) { return v; }
+template <> __device__ inline __half from_f(float v) { return __float2half_rn(v); }
+template <> __device__ inline __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
+
+// Everything one lookup's kernel works on.
+struct LookupArgs {
+  Ref ref;
+  CacheView cache;
+  LookupState* state;
+  DeviceCounters* counters;
+  // the batch
+  const uint64_t* ids;
+  uint32_t n;
+  const int64_t* offsets;  // null: one output row per position
+  uint32_t n_offsets, n_bags;
+  bool mean;
+  void* out;
+  // the rows
+  const std::byte* host_rows;    // the row file, as the GPU addresses it
+  const std::byte* default_row;  // GPU memory
+  uint64_t row_capacity;
+  uint32_t stride, dim, aging_interval;
+  // the workspace
+  uint32_t* owners;  // the dedup table: kFreeSlot, or the position that claimed the slot
+  uint32_t slot_mask;
+  uint32_t* slot_of;         // per position
+  uint32_t* unique_of_slot;  // per dedup slot
+  uint64_t* unique_ids;      // per unique ID, as are the next four
+  uint32_t* slot_of_unique;
+  const std::byte** row_of;  // a cache way, a staging row or the default row
+  uint8_t* admit;
+  std::byte* staged_rows;
+};
+
 // Dedup: the slot of each position's ID, by linear probing from its hash. A free slot is claimed
 // by CAS with the position's index (a taken one holds the ID at ids[owner]); the claiming position
-// numbers its ID. The locate kernel frees the claimed slots again, so the table is never cleared.
-__global__ void dedup_ids(const uint64_t* ids, uint32_t n, uint32_t* owners, uint32_t mask, uint32_t* slot_of,
-                          uint32_t* unique_of_slot, uint64_t* unique_ids, uint32_t* slot_of_unique, LookupState* state) {
-  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const uint64_t id = ids[i];
-    uint32_t s = static_cast<uint32_t>(mix64(id)) & mask;
+// numbers its ID. locate() frees the claimed slots again, so the table is never cleared.
+__device__ void dedup(const LookupArgs& a) {
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += gridDim.x * blockDim.x) {
+    const uint64_t id = a.ids[i];
+    uint32_t s = static_cast<uint32_t>(mix64(id)) & a.slot_mask;
     for (;;) {
-      uint32_t owner = owners[s];
-      if (owner == kFreeSlot && (owner = atomicCAS(&owners[s], kFreeSlot, i)) == kFreeSlot) {
-        const uint32_t u = atomicAdd(&state->n_unique, 1u);
-        unique_of_slot[s] = u;
-        unique_ids[u] = id;
-        slot_of_unique[u] = s;
+      uint32_t owner = a.owners[s];
+      if (owner == kFreeSlot && (owner = atomicCAS(&a.owners[s], kFreeSlot, i)) == kFreeSlot) {
+        const uint32_t u = atomicAdd(&a.state->n_unique, 1u);
+        a.unique_of_slot[s] = u;
+        a.unique_ids[u] = id;
+        a.slot_of_unique[u] = s;
         break;
       }
-      if (ids[owner] == id) break;
-      s = (s + 1) & mask;
+      if (a.ids[owner] == id) break;
+      s = (s + 1) & a.slot_mask;
     }
-    slot_of[i] = s;
+    a.slot_of[i] = s;
   }
 }
 
 // A warp per unique ID: the cache's set (a lane per way); on a miss, the index (the TableRef's
 // one-shot warp probe), then the row from the row file into its staging row, 16 bytes a lane.
-// row_of[u] ends up pointing at the unique ID's row: a cache way, a staging row or the default row.
-__global__ void locate_and_gather(Ref ref, CacheView cache, const uint64_t* unique_ids, const uint32_t* slot_of_unique,
-                                  uint32_t* owners, LookupState* state, uint64_t row_capacity, const std::byte* host_rows, const std::byte* default_row,
-                                  uint32_t stride, std::byte* staged_rows, const std::byte** row_of, uint8_t* admit,
-                                  DeviceCounters* counters) {
+__device__ void locate(const LookupArgs& a, uint32_t n_unique) {
   __shared__ uint64_t where[kWarpsPerBlock];
+  const CacheView& cache = a.cache;
   const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
   const uint32_t warps = gridDim.x * kWarpsPerBlock;
-  const uint32_t n_unique = state->n_unique;
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    state->n_located = n_unique;
-    atomicAdd(&counters->unique, static_cast<unsigned long long>(n_unique));
-  }
   unsigned long long hits = 0, misses = 0, missing = 0;
   for (uint32_t u = blockIdx.x * kWarpsPerBlock + wib; u < n_unique; u += warps) {
-    const uint64_t id = unique_ids[u];
-    if (lane == 0) owners[slot_of_unique[u]] = kFreeSlot;  // the dedup is done with it
+    const uint64_t id = a.unique_ids[u];
+    if (lane == 0) a.owners[a.slot_of_unique[u]] = kFreeSlot;  // the dedup is done with it
     if (cache.sets && id != kNoId) {
-      const uint64_t set = mix64(id) & (cache.sets - 1);
+      const uint64_t set = cache.set_of(mix64(id));
       const bool match = lane < cache.ways && cache.ids[set * cache.ways + lane] == id;
       const unsigned mask = __ballot_sync(kFull, match);
       if (mask) {
         const uint64_t slot = set * cache.ways + (__ffs(mask) - 1);
         if (lane == 0) {
           atomicAdd(&cache.scores[slot], 1u);
-          row_of[u] = cache.rows + slot * stride;
-          admit[u] = 0;
+          a.row_of[u] = cache.rows + slot * a.stride;
+          a.admit[u] = 0;
           ++hits;
         }
         continue;
@@ -142,35 +178,67 @@ __global__ void locate_and_gather(Ref ref, CacheView cache, const uint64_t* uniq
     uint64_t key = id;
     if (lane == 0) where[wib] = kNoId;
     __syncwarp();
-    const OpStatus s = ref.find(&key, reinterpret_cast<std::byte*>(&where[wib]));
+    const OpStatus s = a.ref.find(&key, reinterpret_cast<std::byte*>(&where[wib]));
     __syncwarp();
     const uint64_t row = where[wib];
-    const bool found = s == OpStatus::kOk && row < row_capacity;
-    std::byte* staged = staged_rows + static_cast<size_t>(u) * stride;
-    if (found) copy_row(staged, host_rows + row * stride, stride, lane);
+    const bool found = s == OpStatus::kOk && row < a.row_capacity;
+    std::byte* staged = a.staged_rows + static_cast<size_t>(u) * a.stride;
+    if (found) copy_row(staged, a.host_rows + row * a.stride, a.stride, lane);
     if (lane == 0) {
-      row_of[u] = found ? staged : default_row;
-      admit[u] = found && cache.sets;
+      a.row_of[u] = found ? staged : a.default_row;
+      a.admit[u] = found && cache.sets;
       found ? ++misses : ++missing;
     }
     __syncwarp();
   }
   if (lane == 0) {
-    if (hits) atomicAdd(&counters->hits, hits);
-    if (misses) atomicAdd(&counters->misses, misses);
-    if (missing) atomicAdd(&counters->missing, missing);
+    if (hits) atomicAdd(&a.counters->hits, hits);
+    if (misses) atomicAdd(&a.counters->misses, misses);
+    if (missing) atomicAdd(&a.counters->missing, missing);
   }
 }
 
-// Admission of the missed rows; every aging_interval-th lookup it also halves every count (the
-// refresh policy), racing benignly with the admissions' reads of them: the counts only guide.
-__global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const LookupState* state, uint32_t aging_interval,
-                           const uint8_t* admit, const std::byte* const* row_of, uint32_t stride) {
+// Position i's row: the row of its ID's unique index.
+__device__ inline const std::byte* row_at(const LookupArgs& a, uint32_t i) {
+  return a.row_of[a.unique_of_slot[a.slot_of[i]]];
+}
+
+// Without bags, a warp per position copies its row; with bags, a warp per bag sums its rows
+// (lanes across the row, in float32, as torch's EmbeddingBag on half does).
+template <class T>
+__device__ void output(const LookupArgs& a) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t warps = gridDim.x * kWarpsPerBlock;
+  T* out = static_cast<T*>(a.out);
+  const uint32_t first = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (!a.offsets) {
+    for (uint32_t i = first; i < a.n; i += warps) {
+      const T* src = reinterpret_cast<const T*>(row_at(a, i));
+      for (uint32_t j = lane; j < a.dim; j += 32) out[static_cast<size_t>(i) * a.dim + j] = src[j];
+    }
+    return;
+  }
+  for (uint32_t b = first; b < a.n_bags; b += warps) {
+    int64_t begin = a.offsets[b], end = b + 1 < a.n_offsets ? a.offsets[b + 1] : int64_t{a.n};
+    begin = begin < 0 ? 0 : (begin > a.n ? a.n : begin);
+    end = end < begin ? begin : (end > a.n ? a.n : end);
+    const float scale = a.mean && end > begin ? 1.f / static_cast<float>(end - begin) : 1.f;
+    for (uint32_t j = lane; j < a.dim; j += 32) {
+      float acc = 0;
+      for (int64_t p = begin; p < end; ++p) acc += to_f(reinterpret_cast<const T*>(row_at(a, static_cast<uint32_t>(p)))[j]);
+      out[static_cast<size_t>(b) * a.dim + j] = from_f<T>(acc * scale);
+    }
+  }
+}
+
+// Admission of the missed rows; on an aging lookup it first halves every count (the refresh
+// policy), racing benignly with other blocks' admissions: the counts only guide.
+__device__ void admit_rows(const LookupArgs& a, uint32_t n_unique, bool age) {
+  const CacheView& cache = a.cache;
   const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
   const uint32_t warps = gridDim.x * kWarpsPerBlock;
-  const uint32_t n_unique = state->n_located;
-  if (state->lookups % aging_interval == 0) {
-    const uint64_t n_scores = uint64_t{cache.sets} * cache.ways, n_sketch = uint64_t{cache.sketch_mask} + 1;
+  if (age) {
+    const uint64_t n_scores = uint64_t{cache.sets} * cache.ways, n_sketch = cache.sketch_size;
     for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < n_scores + n_sketch;
          i += gridDim.x * uint64_t{blockDim.x}) {
       if (i < n_scores) cache.scores[i] >>= 1;
@@ -178,14 +246,14 @@ __global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const Lo
     }
   }
   for (uint32_t u = blockIdx.x * kWarpsPerBlock + wib; u < n_unique; u += warps) {
-    if (!admit[u]) continue;  // the same for every lane of the warp
-    const uint64_t id = unique_ids[u];
+    if (!a.admit[u]) continue;  // the same for every lane of the warp
+    const uint64_t id = a.unique_ids[u];
     const uint64_t h = mix64(id);
-    const uint64_t set = h & (cache.sets - 1);
+    const uint64_t set = cache.set_of(h);
     uint32_t freq = 0;
     int got = 0;
     if (lane == 0) {
-      freq = atomicAdd(&cache.sketch[(h >> 32) & cache.sketch_mask], 1u) + 1;
+      freq = atomicAdd(&cache.count_of(h), 1u) + 1;
       got = atomicCAS(&cache.locks[set], 0, 1) == 0;  // busy: skip (a cache may decline)
     }
     freq = __shfl_sync(kFull, freq, 0);
@@ -204,7 +272,7 @@ __global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const Lo
     if (victim == 0 || freq > victim - 1) {
       if (lane == 0) cache.ids[slot] = kNoId;
       __syncwarp();
-      copy_row(cache.rows + slot * stride, row_of[u], stride, lane);
+      copy_row(cache.rows + slot * a.stride, a.row_of[u], a.stride, lane);
       __syncwarp();
       if (lane == 0) {
         cache.scores[slot] = freq;
@@ -219,71 +287,38 @@ __global__ void admit_rows(CacheView cache, const uint64_t* unique_ids, const Lo
   }
 }
 
+// The whole lookup in one cooperative launch: the steps depend on each other through the grid
+// (dedup before locate, every row located before the output reads it, the output done before
+// admission replaces cached rows), so they are separated by grid barriers rather than launches,
+// each of which costs the host microseconds.
+template <class T>
+__global__ void __launch_bounds__(kBlock) lookup_kernel(LookupArgs a) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  dedup(a);
+  grid.sync();
+  const uint32_t n_unique = a.state->n_unique;
+  const uint32_t lookups = a.state->lookups;
+  if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(&a.counters->unique, static_cast<unsigned long long>(n_unique));
+  locate(a, n_unique);
+  grid.sync();  // every thread has read the count: the next lookup's dedup starts it from zero
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    a.state->n_unique = 0;
+    a.state->lookups = lookups + 1;
+  }
+  output<T>(a);
+  if (!a.cache.sets) return;
+  grid.sync();
+  admit_rows(a, n_unique, (lookups + 1) % a.aging_interval == 0);
+}
+
 __global__ void invalidate_ids(CacheView cache, const uint64_t* ids, uint32_t n) {
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const uint64_t set = mix64(ids[i]) & (cache.sets - 1);
+    const uint64_t set = cache.set_of(mix64(ids[i]));
     for (uint32_t w = 0; w < cache.ways; ++w)
       if (cache.ids[set * cache.ways + w] == ids[i]) {
         cache.ids[set * cache.ways + w] = kNoId;
         cache.scores[set * cache.ways + w] = 0;
       }
-  }
-}
-
-template <class T> __device__ inline float to_f(T v);
-template <> __device__ inline float to_f(float v) { return v; }
-template <> __device__ inline float to_f(__half v) { return __half2float(v); }
-template <> __device__ inline float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class T> __device__ inline T from_f(float v);
-template <> __device__ inline float from_f(float v) { return v; }
-template <> __device__ inline __half from_f(float v) { return __float2half_rn(v); }
-template <> __device__ inline __nv_bfloat16 from_f(float v) { return __float2bfloat16_rn(v); }
-
-// Position i's row: the row of its ID's unique index.
-struct PositionRows {
-  const uint32_t* slot_of;
-  const uint32_t* unique_of_slot;
-  const std::byte* const* row_of;
-  __device__ const std::byte* operator[](uint32_t i) const { return row_of[unique_of_slot[slot_of[i]]]; }
-};
-
-// The output kernels end the lookup's use of the unique count (see LookupState).
-__device__ inline void end_of_lookup(LookupState* state) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    state->n_unique = 0;
-    ++state->lookups;
-  }
-}
-
-// One warp per position: out[i] = its row.
-template <class T>
-__global__ void expand_rows(PositionRows rows, uint32_t n, uint32_t dim, T* out, LookupState* state) {
-  end_of_lookup(state);
-  const int lane = threadIdx.x & 31;
-  const uint32_t warps = gridDim.x * kWarpsPerBlock;
-  for (uint32_t i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32; i < n; i += warps) {
-    const T* src = reinterpret_cast<const T*>(rows[i]);
-    for (uint32_t j = lane; j < dim; j += 32) out[static_cast<size_t>(i) * dim + j] = src[j];
-  }
-}
-
-// One warp per bag, lanes across the row; sums in float32, as torch's EmbeddingBag on half does.
-template <class T>
-__global__ void pool_bags(PositionRows rows, uint32_t n, const int64_t* offsets, uint32_t n_offsets, uint32_t n_bags,
-                          bool mean, uint32_t dim, T* out, LookupState* state) {
-  end_of_lookup(state);
-  const int lane = threadIdx.x & 31;
-  const uint32_t warps = gridDim.x * kWarpsPerBlock;
-  for (uint32_t b = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32; b < n_bags; b += warps) {
-    int64_t begin = offsets[b], end = b + 1 < n_offsets ? offsets[b + 1] : int64_t{n};
-    begin = begin < 0 ? 0 : (begin > n ? n : begin);
-    end = end < begin ? begin : (end > n ? n : end);
-    const float scale = mean && end > begin ? 1.f / static_cast<float>(end - begin) : 1.f;
-    for (uint32_t j = lane; j < dim; j += 32) {
-      float acc = 0;
-      for (int64_t p = begin; p < end; ++p) acc += to_f(reinterpret_cast<const T*>(rows[static_cast<uint32_t>(p)])[j]);
-      out[static_cast<size_t>(b) * dim + j] = from_f<T>(acc * scale);
-    }
   }
 }
 
@@ -293,8 +328,41 @@ uint32_t blocks_for(uint64_t work_items, uint32_t per_block) {
 
 }  // namespace
 
+// The copy refused a write the truth took (it has no size limit but GPU memory).
+void check_copied(const OpStatus* status, size_t n, bool erasing) {
+  for (size_t i = 0; i < n; ++i)
+    if (status[i] != OpStatus::kOk && !(erasing && status[i] == OpStatus::kNotFound))
+      throw Error(ErrorCode::kNoSpace, std::string("the GPU copy of the embedding index refused an id: ") + to_string(status[i]),
+                  "index");
+}
+
+// The GPU-memory copy of the store's index (ID -> row index): a gphash Table of its own in GPU
+// memory, over an anonymous pool. The store's Table in its pool stays the one truth (written
+// first, read back at every open); the copy makes a cache miss cost one read of host memory (the
+// row) instead of two dependent ones (the index's slot, then the row). Made at open from an
+// export of the truth.
+Table copy_index(Table& truth) {
+  OpenOptions o;
+  o.engine = EngineKind::kGpu;
+  o.placement = Placement::kGpuMemory;
+  Table copy = Table::create("mem:", {.key_width = 8, .value_width = 8, .capacity = std::max<uint64_t>(truth.size(), 1024)}, o);
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<int64_t> ids(kChunk);
+  std::vector<uint64_t> rows(kChunk);
+  std::vector<OpStatus> status(kChunk);
+  ExportCursor cursor;
+  while (!cursor.done()) {
+    const size_t got = truth.export_items(cursor, ids.data(), rows.data(), kChunk);
+    if (!got) continue;
+    copy.execute({.size = got, .key_width = 8, .value_width = 8, .op = Op::kUpsert, .keys = ids.data(),
+                  .values = rows.data(), .status = status.data()});
+    check_copied(status.data(), got, false);
+  }
+  return copy;
+}
+
 struct GpuLookup::Impl {
-  Table& table;
+  Table index;  // the GPU-memory copy (copy_index)
   GpuLookupConfig config;
   std::byte* host_rows = nullptr;      // the row file's data, as mapped by this process
   std::byte* device_rows = nullptr;    // the same memory, as the GPU addresses it
@@ -306,6 +374,7 @@ struct GpuLookup::Impl {
   cudaEvent_t last_done = nullptr;     // the previous lookup's end
   cudaStream_t last_stream = nullptr;  // the previous lookup's stream (a lookup on it needs no wait)
   bool waited_for_session = false;     // a lookup has been ordered after session_ready
+  uint32_t max_blocks = 0;             // of the lookup kernel, resident at once on the GPU
   // The workspace every lookup reuses, sized for `ids_capacity` IDs (grown, stream-ordered, by a
   // larger lookup).
   struct Workspace {
@@ -321,10 +390,10 @@ struct GpuLookup::Impl {
     uint8_t* admit = nullptr;
     std::byte* staged_rows = nullptr;
   } ws;
-  // One device session serves every lookup until a write needs the table (pause()): beginning a
-  // session waits for the table's previous work to settle and prepares the engine, which per
-  // lookup would cost a host wait and a few calls. Lookups only search, so the frozen layout of a
-  // session is all they need.
+  // One device session on the copy serves every lookup until a write changes it
+  // (index_changed()): beginning a session waits for the table's previous work to settle and
+  // prepares the engine, which per lookup would cost a host wait and a few calls. Lookups only
+  // search, so the frozen layout of a session is all they need.
   cudaStream_t session_stream = nullptr;
   cudaEvent_t session_ready = nullptr;
   bool session_open = false;
@@ -332,7 +401,7 @@ struct GpuLookup::Impl {
 
   void open_session() {
     if (session_open) return;
-    DeviceSession session = table.begin_device_session(session_stream);
+    DeviceSession session = index.begin_device_session(session_stream);
     ref = session.ref<Ref>();
     check(cudaEventRecord(session_ready, session_stream), "cudaEventRecord");
     session_open = true;
@@ -342,10 +411,11 @@ struct GpuLookup::Impl {
     if (!session_open) return;
     session_open = false;
     check(cudaStreamWaitEvent(session_stream, last_done, 0), "cudaStreamWaitEvent");
-    table.end_device_session(session_stream).wait();
+    index.end_device_session(session_stream).wait();
   }
 
-  Impl(Table& t, std::byte* rows, size_t rows_bytes, const GpuLookupConfig& c) : table(t), config(c), host_rows(rows) {
+  Impl(Table& truth, std::byte* rows, size_t rows_bytes, const GpuLookupConfig& c)
+      : index(copy_index(truth)), config(c), host_rows(rows) {
     row_capacity = rows_bytes / c.stride;
     check(cudaHostRegister(rows, rows_bytes, cudaHostRegisterMapped), "cudaHostRegister of the row file");
     void* dev = nullptr;
@@ -364,23 +434,34 @@ struct GpuLookup::Impl {
     check(cudaMemcpy(default_row, row.data(), c.stride, cudaMemcpyHostToDevice), "cudaMemcpy");
     check(cudaMalloc(&counters, sizeof(DeviceCounters)), "cudaMalloc");
     check(cudaMemset(counters, 0, sizeof(DeviceCounters)), "cudaMemset");
+    // The fewest co-resident blocks of the three instantiations bounds the cooperative grid.
+    int device = 0, sms = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    int per_sm = 1 << 30;
+    for (const void* k : {reinterpret_cast<const void*>(&lookup_kernel<float>), reinterpret_cast<const void*>(&lookup_kernel<__half>),
+                          reinterpret_cast<const void*>(&lookup_kernel<__nv_bfloat16>)}) {
+      int blocks = 0;
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, kBlock, 0), "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+      per_sm = std::min(per_sm, blocks);
+    }
+    if (per_sm < 1) throw Error(ErrorCode::kCuda, "embedding lookup: the lookup kernel does not fit on this GPU");
+    max_blocks = static_cast<uint32_t>(per_sm * sms);
     check(cudaMalloc(&state, sizeof(LookupState)), "cudaMalloc");
     check(cudaMemset(state, 0, sizeof(LookupState)), "cudaMemset");
     check(cudaEventCreateWithFlags(&last_done, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&session_ready, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaStreamCreateWithFlags(&session_stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    // The cache: as many ways as the budget pays for (row + id + score), in power-of-two sets.
-    const uint64_t per_row = c.stride + sizeof(uint64_t) + sizeof(uint32_t);
-    const uint64_t rows_budget = c.cache_bytes / per_row;
-    uint64_t sets = 1;
-    while (sets * 2 * c.cache_ways <= rows_budget) sets *= 2;
-    if (rows_budget >= c.cache_ways) {
+    // The cache: as many sets of ways as the budget pays for (per row: the row, its id, its score
+    // and kSketchPerRow sketch counters; per set: a lock).
+    const uint64_t per_row = c.stride + sizeof(uint64_t) + sizeof(uint32_t) + kSketchPerRow * sizeof(uint32_t);
+    const uint64_t sets = std::min<uint64_t>(c.cache_bytes / (per_row * c.cache_ways + sizeof(int)), UINT32_MAX);
+    if (sets) {
       cache.sets = static_cast<uint32_t>(sets);
       cache.ways = c.cache_ways;
       const uint64_t slots = sets * c.cache_ways;
-      uint64_t sketch = 1024;
-      while (sketch < 4 * slots) sketch *= 2;
-      cache.sketch_mask = static_cast<uint32_t>(sketch - 1);
+      const uint64_t sketch = kSketchPerRow * slots;
+      cache.sketch_size = sketch;
       check(cudaMalloc(&cache.ids, slots * sizeof(uint64_t)), "cudaMalloc of the row cache");
       check(cudaMemset(cache.ids, 0xff, slots * sizeof(uint64_t)), "cudaMemset");
       check(cudaMalloc(&cache.scores, slots * sizeof(uint32_t)), "cudaMalloc of the row cache");
@@ -461,13 +542,17 @@ GpuCounters GpuLookup::counters() const {
   return {d.hits, d.misses, d.missing, d.unique};
 }
 
-void GpuLookup::pause() { impl_->close_session(); }
-
-void GpuLookup::invalidate(const int64_t* ids, size_t n) {
+void GpuLookup::index_changed(const int64_t* ids, const uint64_t* rows, size_t n) {
   Impl& m = *impl_;
-  if (!m.cache.sets || n == 0) return;
-  // Writes are host-driven and synchronous: wait for lookups in flight, which may admit rows.
+  if (n == 0) return;
+  // Writes are host-driven and synchronous: lookups in flight read the copy and may admit rows.
   check(cudaDeviceSynchronize(), "waiting for lookups before a write");
+  m.close_session();
+  std::vector<OpStatus> status(n);
+  m.index.execute({.size = n, .key_width = 8, .value_width = 8, .op = rows ? Op::kUpsert : Op::kErase, .keys = ids,
+                   .values = rows, .status = status.data()});
+  check_copied(status.data(), n, !rows);
+  if (!m.cache.sets) return;
   uint64_t* dev = nullptr;
   check(cudaMalloc(&dev, n * sizeof(uint64_t)), "cudaMalloc");
   check(cudaMemcpy(dev, ids, n * sizeof(uint64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
@@ -508,31 +593,24 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
   m.reserve(n32, stream);
   const Impl::Workspace& w = m.ws;
 
-  dedup_ids<<<blocks_for(n, kBlock), kBlock, 0, stream>>>(reinterpret_cast<const uint64_t*>(ids), n32, w.owners,
-                                                          w.slots - 1, w.slot_of, w.unique_of_slot, w.unique_ids,
-                                                          w.slot_of_unique, m.state);
-  const uint32_t warp_grid = blocks_for(n, kWarpsPerBlock);
-  locate_and_gather<<<warp_grid, kBlock, 0, stream>>>(m.ref, m.cache, w.unique_ids, w.slot_of_unique, w.owners, m.state,
-                                                      m.row_capacity, m.device_rows, m.default_row, c.stride,
-                                                      w.staged_rows, w.row_of, w.admit, m.counters);
-  const PositionRows rows{w.slot_of, w.unique_of_slot, w.row_of};
-  auto output = [&](auto* typed_out) {
-    using T = std::remove_pointer_t<decltype(typed_out)>;
-    if (!offsets) {
-      expand_rows<T><<<warp_grid, kBlock, 0, stream>>>(rows, n32, c.dim, typed_out, m.state);
-    } else {  // launched with no bags too: it ends the lookup (end_of_lookup)
-      pool_bags<T><<<blocks_for(n_bags, kWarpsPerBlock), kBlock, 0, stream>>>(
-          rows, n32, offsets, static_cast<uint32_t>(n_offsets), static_cast<uint32_t>(n_bags), pooling == Pooling::kMean,
-          c.dim, typed_out, m.state);
-    }
+  LookupArgs args{.ref = m.ref, .cache = m.cache, .state = m.state, .counters = m.counters,
+                  .ids = reinterpret_cast<const uint64_t*>(ids), .n = n32, .offsets = offsets,
+                  .n_offsets = static_cast<uint32_t>(n_offsets), .n_bags = static_cast<uint32_t>(n_bags),
+                  .mean = pooling == Pooling::kMean, .out = out, .host_rows = m.device_rows,
+                  .default_row = m.default_row, .row_capacity = m.row_capacity, .stride = c.stride, .dim = c.dim,
+                  .aging_interval = c.aging_interval, .owners = w.owners, .slot_mask = w.slots - 1,
+                  .slot_of = w.slot_of, .unique_of_slot = w.unique_of_slot, .unique_ids = w.unique_ids,
+                  .slot_of_unique = w.slot_of_unique, .row_of = w.row_of, .admit = w.admit,
+                  .staged_rows = w.staged_rows};
+  // A warp per ID at most, and no more blocks than fit on the GPU at once (a cooperative launch).
+  const uint32_t grid = std::min(blocks_for(std::max(n, n_bags), kWarpsPerBlock), m.max_blocks);
+  void* params[] = {&args};
+  auto launch = [&](const void* kernel) {
+    check(cudaLaunchCooperativeKernel(kernel, grid, kBlock, params, 0, stream), "launching the lookup");
   };
-  if (c.dtype == RowType::kFloat32) output(static_cast<float*>(out));
-  else if (c.dtype == RowType::kFloat16) output(static_cast<__half*>(out));
-  else output(static_cast<__nv_bfloat16*>(out));
-  if (m.cache.sets)
-    admit_rows<<<warp_grid, kBlock, 0, stream>>>(m.cache, w.unique_ids, m.state, c.aging_interval, w.admit, w.row_of,
-                                                 c.stride);
-  check(cudaGetLastError(), "launching the lookup's kernels");
+  if (c.dtype == RowType::kFloat32) launch(reinterpret_cast<const void*>(&lookup_kernel<float>));
+  else if (c.dtype == RowType::kFloat16) launch(reinterpret_cast<const void*>(&lookup_kernel<__half>));
+  else launch(reinterpret_cast<const void*>(&lookup_kernel<__nv_bfloat16>));
   if (capturing) return;
   // Recorded every time (not only when the next lookup comes on another stream): by then this
   // stream may have been destroyed.

@@ -1,10 +1,10 @@
-// GpuLookup: the GPU side of an EmbeddingStore (built with CUDA only). Per lookup, three or four
-// kernels on the caller's stream (gpu_lookup.cu says what each does): dedup of the batch's IDs,
-// a warp per unique ID that probes the row cache in GPU memory and, on a miss, finds the ID
-// through a device session on the Table and gathers its row from the registered row file with
-// 16-byte loads over stride-aligned rows; the pooling/expansion into the caller's output; then
-// admission of missed rows into the cache. Nothing here waits for the device except pause(),
-// invalidate() and counters(), which writes and stats() call.
+// GpuLookup: the GPU side of an EmbeddingStore (built with CUDA only). Per lookup, one cooperative
+// kernel on the caller's stream, in steps (gpu_lookup.cu says what each does): dedup of the IDs,
+// a warp per unique ID that probes the row cache in GPU memory and, on a miss, finds the ID in a
+// GPU-memory copy of the store's index (a gphash Table of its own) and gathers its row from the
+// registered row file with 16-byte loads over stride-aligned rows; the pooling/expansion into the
+// caller's output; then admission of missed rows into the cache. Nothing here waits for the
+// device except index_changed() and counters(), which writes and stats() call.
 #pragma once
 
 #include <cstddef>
@@ -29,16 +29,15 @@ struct GpuCounters {
 
 class GpuLookup {
  public:
+  // Copies `table` (the store's index, ID -> row) into GPU memory.
   GpuLookup(Table& table, std::byte* rows, size_t rows_bytes, const GpuLookupConfig& config);
   ~GpuLookup();
   void lookup(const int64_t* ids, size_t n, const int64_t* offsets, size_t n_offsets, bool include_last,
               Pooling pooling, void* out, CUstream_st* stream);
-  // Ends the device session the lookups keep open (after the lookups in flight), so the Table
-  // takes host batches again; the next lookup opens a new one. Call before any other use of the
-  // Table.
-  void pause();
-  // Drops the cached rows of these IDs (host array); waits for the device first.
-  void invalidate(const int64_t* ids, size_t n);
+  // The store has changed these IDs in its Table (host arrays; rows: their new row indexes, null
+  // when erased): the GPU's copy of the index follows, and the cache drops their rows. Waits for
+  // the lookups in flight first.
+  void index_changed(const int64_t* ids, const uint64_t* rows, size_t n);
   GpuCounters counters() const;  // waits for the device
   uint64_t cache_rows() const;
 
