@@ -263,7 +263,9 @@ class EmbeddingStore:
         """Rows of `ids` (int64). With offsets, the rows of each bag are pooled ("sum" or
         "mean"); 2-D ids [bags, n] are bags of n; 1-D ids without offsets give one row per ID. Missing IDs get the
         default row. CUDA tensors run on the GPU on the current stream and return a CUDA tensor;
-        host arrays run on the CPU. found=True (host only) also returns a uint8 mask per ID."""
+        host arrays run on the CPU. found=True (host only) also returns a uint8 mask per ID.
+        A CUDA lookup can be captured in a CUDA graph once a lookup of at least its size has run
+        on the capturing stream; replays see the store's later writes."""
         if pooling not in _POOLINGS:
             raise _error(f"pooling must be 'sum', 'mean' or None, not {pooling!r}", "pooling")
         if offsets is None and pooling is not None and _POOLINGS[pooling] != "none":

@@ -338,8 +338,8 @@ def test_gpu_lookups_in_a_row_on_several_streams(pool_name):
 
 def test_gpu_lookup_in_a_cuda_graph(pool_name):
     """A lookup captured in a CUDA graph after a warm-up and replayed with new IDs copied into its
-    input gives the rows of those IDs (nothing is decided on the host per lookup); plain lookups
-    still work afterwards."""
+    input gives the rows of those IDs (nothing is decided on the host per lookup), also after
+    writes that move the index; plain lookups still work afterwards."""
     torch = _torch()
     _cuda_ready(torch)
     store, ids, table = make_store(pool_name, 32, "float32", n=5000, engine="gpu", cache_bytes=1 << 19)
@@ -359,6 +359,20 @@ def test_gpu_lookup_in_a_cuda_graph(pool_name):
     for _ in range(12):
         q = rng.choice(ids, size=n_bags * per)
         q[::17] = -5  # missing: the default row (zeros)
+        static_ids.copy_(torch.from_numpy(q))
+        graph.replay()
+        want = reference(table, q, offsets.cpu().numpy(), "sum", 32)
+        np.testing.assert_allclose(static_out.cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    # Writes after the capture: 12,000 new IDs (the GPU's copy of the index grows, so its memory
+    # moves) and new rows for old ones. Replays see them without capturing again.
+    new_ids = np.arange(10**13, 10**13 + 12000, dtype=np.int64)
+    new_rows = rng.standard_normal((12000, 32)).astype(np.float32)
+    store.insert_or_assign(new_ids, new_rows)
+    store.insert_or_assign(ids[:100], new_rows[:100])
+    table.update({int(i): new_rows[k] for k, i in enumerate(new_ids)})
+    table.update({int(i): new_rows[k] for k, i in enumerate(ids[:100])})
+    for _ in range(4):
+        q = np.concatenate([rng.choice(new_ids, size=n_bags * per // 2), rng.choice(ids[:400], size=n_bags * per // 2)])
         static_ids.copy_(torch.from_numpy(q))
         graph.replay()
         want = reference(table, q, offsets.cpu().numpy(), "sum", 32)

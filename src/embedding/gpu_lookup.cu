@@ -98,7 +98,7 @@ template <> __device__ inline __nv_bfloat16 from_f(float v) { return __float2bfl
 
 // Everything one lookup's kernel works on.
 struct LookupArgs {
-  Ref ref;
+  const Ref* ref;  // GPU memory: a captured lookup reads the copy's view as of its replay
   CacheView cache;
   LookupState* state;
   DeviceCounters* counters;
@@ -178,7 +178,7 @@ __device__ void locate(const LookupArgs& a, uint32_t n_unique) {
     uint64_t key = id;
     if (lane == 0) where[wib] = kNoId;
     __syncwarp();
-    const OpStatus s = a.ref.find(&key, reinterpret_cast<std::byte*>(&where[wib]));
+    const OpStatus s = a.ref->find(&key, reinterpret_cast<std::byte*>(&where[wib]));
     __syncwarp();
     const uint64_t row = where[wib];
     const bool found = s == OpStatus::kOk && row < a.row_capacity;
@@ -398,11 +398,13 @@ struct GpuLookup::Impl {
   cudaEvent_t session_ready = nullptr;
   bool session_open = false;
   Ref ref{};
+  Ref* device_ref = nullptr;  // `ref` in GPU memory, for the kernel (and the graphs it is captured in)
 
   void open_session() {
     if (session_open) return;
     DeviceSession session = index.begin_device_session(session_stream);
     ref = session.ref<Ref>();
+    check(cudaMemcpyAsync(device_ref, &ref, sizeof ref, cudaMemcpyHostToDevice, session_stream), "cudaMemcpyAsync");
     check(cudaEventRecord(session_ready, session_stream), "cudaEventRecord");
     session_open = true;
     waited_for_session = false;
@@ -448,6 +450,7 @@ struct GpuLookup::Impl {
     if (per_sm < 1) throw Error(ErrorCode::kCuda, "embedding lookup: the lookup kernel does not fit on this GPU");
     max_blocks = static_cast<uint32_t>(per_sm * sms);
     check(cudaMalloc(&state, sizeof(LookupState)), "cudaMalloc");
+    check(cudaMalloc(&device_ref, sizeof(Ref)), "cudaMalloc");
     check(cudaMemset(state, 0, sizeof(LookupState)), "cudaMemset");
     check(cudaEventCreateWithFlags(&last_done, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&session_ready, cudaEventDisableTiming), "cudaEventCreate");
@@ -524,6 +527,7 @@ struct GpuLookup::Impl {
     cudaFree(default_row);
     cudaFree(counters);
     cudaFree(state);
+    cudaFree(device_ref);
     if (last_done) cudaEventDestroy(last_done);
     cudaHostUnregister(host_rows);
   }
@@ -552,6 +556,10 @@ void GpuLookup::index_changed(const int64_t* ids, const uint64_t* rows, size_t n
   m.index.execute({.size = n, .key_width = 8, .value_width = 8, .op = rows ? Op::kUpsert : Op::kErase, .keys = ids,
                    .values = rows, .status = status.data()});
   check_copied(status.data(), n, !rows);
+  // The session again at once, and its view in GPU memory before this returns: lookups captured in
+  // CUDA graphs replay without the host, and must find the copy where the write left it.
+  m.open_session();
+  check(cudaStreamSynchronize(m.session_stream), "cudaStreamSynchronize");
   if (!m.cache.sets) return;
   uint64_t* dev = nullptr;
   check(cudaMalloc(&dev, n * sizeof(uint64_t)), "cudaMalloc");
@@ -593,7 +601,7 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
   m.reserve(n32, stream);
   const Impl::Workspace& w = m.ws;
 
-  LookupArgs args{.ref = m.ref, .cache = m.cache, .state = m.state, .counters = m.counters,
+  LookupArgs args{.ref = m.device_ref, .cache = m.cache, .state = m.state, .counters = m.counters,
                   .ids = reinterpret_cast<const uint64_t*>(ids), .n = n32, .offsets = offsets,
                   .n_offsets = static_cast<uint32_t>(n_offsets), .n_bags = static_cast<uint32_t>(n_bags),
                   .mean = pooling == Pooling::kMean, .out = out, .host_rows = m.device_rows,
