@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <stdexcept>
@@ -661,6 +662,8 @@ TEST(Workload, DefaultStreamsMatchRecordedTraceHashes) {
       {Workload::A, KeyDistribution::Uniform, 12471322989096717306ULL},
       {Workload::A, KeyDistribution::ZipfianExact, 15657041242222801250ULL},
       {Workload::D, KeyDistribution::ZipfianExact, 3219111286682235338ULL},
+      {Workload::Dlrm, std::nullopt, 9410067004447827259ULL},
+      {Workload::PageRank, std::nullopt, 4524748857402573341ULL},
   };
   for (const Recorded& entry : recorded) {
     const WorkloadSpec spec{.workload = entry.workload,
@@ -705,9 +708,12 @@ TEST(Workload, MicroWorkloadsRunOneOperationTypeOnTheRightRecords) {
 
 TEST(Workload, ParsesNamesAndRejectsWorkloadE) {
   for (const Workload workload : {Workload::Load, Workload::A, Workload::B, Workload::C, Workload::D, Workload::F,
-                                  Workload::Search, Workload::NegativeSearch, Workload::Update, Workload::Delete}) {
+                                  Workload::Search, Workload::NegativeSearch, Workload::Update, Workload::Delete,
+                                  Workload::Dlrm, Workload::PageRank}) {
     EXPECT_EQ(parse_workload(name(workload)), workload);
   }
+  EXPECT_EQ(parse_workload("DLRM"), Workload::Dlrm);
+  EXPECT_EQ(parse_workload("PageRank"), Workload::PageRank);
   EXPECT_EQ(parse_workload("LOAD"), Workload::Load);
   EXPECT_EQ(parse_workload("A"), Workload::A);
   for (const char* text : {"e", "E"}) {
@@ -727,9 +733,12 @@ TEST(Workload, ParsesNamesAndRejectsWorkloadE) {
   }
   for (const KeyDistribution distribution :
        {KeyDistribution::Uniform, KeyDistribution::Zipfian, KeyDistribution::ZipfianExact,
-        KeyDistribution::Latest}) {
+        KeyDistribution::Latest, KeyDistribution::Rmat}) {
     EXPECT_EQ(parse_distribution(name(distribution)), distribution);
   }
+  EXPECT_EQ(default_distribution(Workload::Dlrm), KeyDistribution::ZipfianExact);
+  EXPECT_EQ(default_distribution(Workload::PageRank), KeyDistribution::Rmat);
+  EXPECT_EQ(operation_mix(Workload::Dlrm).read, 1.0);
   EXPECT_EQ(parse_distribution("Zipfian-Exact"), KeyDistribution::ZipfianExact);
   EXPECT_THROW(parse_distribution("hotspot"), std::invalid_argument);
 }
@@ -754,6 +763,376 @@ TEST(Workload, RejectsSpecsThatCannotRun) {
                            .distribution = KeyDistribution::ZipfianExact,
                            .theta = 1.5};
   EXPECT_EQ(generate_all(exact).size(), 10U);
+}
+
+// ---------------------------------------------------------------------------------------
+// Traces: dlrm and pagerank
+
+// Feeds every op of spec's stream to f(position, op) without keeping the stream.
+template <class F>
+void for_each_op(const WorkloadSpec& spec, F&& f) {
+  WorkloadGenerator generator(spec);
+  std::vector<Op> buffer(1 << 16);
+  uint64_t position = 0;
+  while (const size_t produced = generator.next(buffer)) {
+    for (size_t i = 0; i < produced; ++i) f(position++, buffer[i]);
+  }
+}
+
+// Share of `total` taken by the `top` largest counts.
+double top_share(std::vector<uint64_t> counts, size_t top, uint64_t total) {
+  std::partial_sort(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(top), counts.end(),
+                    std::greater<>());
+  uint64_t sum = 0;
+  for (size_t i = 0; i < top; ++i) sum += counts[i];
+  return static_cast<double>(sum) / static_cast<double>(total);
+}
+
+TEST(Dlrm, CriteoCardinalitiesAreTheKaggleTables) {
+  ASSERT_EQ(kCriteoKaggleCardinalities.size(), 26U);
+  uint64_t sum = 0;
+  for (const uint64_t c : kCriteoKaggleCardinalities) sum += c;
+  EXPECT_EQ(sum, 33'762'577U);
+  EXPECT_EQ(kCriteoKaggleRows, 33'762'577U);
+  EXPECT_EQ(kCriteoKaggleCardinalities[2], 10'131'227U);  // C3, the largest
+  EXPECT_EQ(kCriteoKaggleCardinalities[8], 3U);
+  EXPECT_EQ(kCriteoKaggleCardinalities[25], 142'572U);
+}
+
+TEST(Dlrm, TableRangesCoverTheRecordsExactly) {
+  const uint64_t total_excess = kCriteoKaggleRows - 26;
+  for (const uint64_t n : std::initializer_list<uint64_t>{26, 27, 51, 100, 1000, 200'000, 1'000'000,
+                                                         kCriteoKaggleRows - 1, kCriteoKaggleRows,
+                                                         kCriteoKaggleRows + 5, 1ULL << 40}) {
+    SCOPED_TRACE("record_count " + std::to_string(n));
+    const auto tables = dlrm_table_ranges(n);
+    uint64_t next = 0;
+    for (size_t i = 0; i < tables.size(); ++i) {
+      const uint64_t c = kCriteoKaggleCardinalities[i];
+      ASSERT_EQ(tables[i].first, next) << "table " << i;
+      ASSERT_GE(tables[i].rows, 1U) << "table " << i;
+      ASSERT_LE(tables[i].rows, c) << "table " << i;
+      if (n >= kCriteoKaggleRows) {
+        EXPECT_EQ(tables[i].rows, c) << "table " << i;
+      } else {
+        // The documented rule: within one row of 1 + (n - 26)(c - 1) / (S - 26) ...
+        const double share = 1.0 + static_cast<double>(n - 26) * static_cast<double>(c - 1) / total_excess;
+        EXPECT_LT(std::abs(static_cast<double>(tables[i].rows) - share), 1.0) << "table " << i;
+        // ... so large tables are scaled by n / S to within 26 rows.
+        const double scaled = static_cast<double>(c) * static_cast<double>(n) / kCriteoKaggleRows;
+        EXPECT_LT(std::abs(static_cast<double>(tables[i].rows) - scaled), 27.0) << "table " << i;
+      }
+      next += tables[i].rows;
+    }
+    EXPECT_EQ(next, std::min(n, kCriteoKaggleRows));
+  }
+  // At a million records the largest table is scaled to 3% of its size, the smallest keep a row.
+  const auto tables = dlrm_table_ranges(1'000'000);
+  EXPECT_NEAR(static_cast<double>(tables[2].rows), 10'131'227.0 * 1e6 / kCriteoKaggleRows, 10.0);
+  EXPECT_EQ(tables[8].rows, 1U);
+  EXPECT_THROW(dlrm_table_ranges(25), std::invalid_argument);
+}
+
+TEST(Dlrm, EverySampleReadsOneRowOfEachTableInOrder) {
+  constexpr uint64_t records = 100'000;
+  constexpr uint64_t operations = 26 * 5000 + 7;  // the last sample is cut after 7 tables
+  const WorkloadSpec spec{.workload = Workload::Dlrm, .record_count = records, .operation_count = operations,
+                          .seed = 3};
+  WorkloadGenerator generator(spec);
+  EXPECT_EQ(generator.distribution(), KeyDistribution::ZipfianExact);
+  EXPECT_EQ(generator.operations_total(), operations);
+  const std::vector<Op> ops = generate_all(spec, 1000);
+  ASSERT_EQ(ops.size(), operations);
+  const auto tables = dlrm_table_ranges(records);
+  std::unordered_map<uint64_t, uint64_t> rows_of_largest;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const TableRange& table = tables[i % 26];
+    ASSERT_EQ(ops[i].type, OpType::Read) << i;
+    ASSERT_GE(ops[i].record, table.first) << i;
+    ASSERT_LT(ops[i].record, table.first + table.rows) << i;
+    if (i % 26 == 2) ++rows_of_largest[ops[i].record];
+  }
+  // Skewed, not constant: many rows of the largest table, and the hottest is not row 0.
+  EXPECT_GT(rows_of_largest.size(), 1000U);
+  const auto hottest = std::max_element(rows_of_largest.begin(), rows_of_largest.end(),
+                                        [](const auto& a, const auto& b) { return a.second < b.second; });
+  EXPECT_NE(hottest->first, tables[2].first);
+}
+
+TEST(Dlrm, RowsOfALargeTableFollowExactZipfAndAreScattered) {
+  // The largest table at a million records has 300,075 rows. For each exponent, the known top
+  // 1% ranks must take exact Zipf's head mass (at 1.05 that is 72.3%; a sampler at 0.99 gives
+  // 63.6%, far outside 4 standard errors, about 0.4 points), and rank 0 its mass.
+  constexpr uint64_t records = 1'000'000;
+  constexpr uint64_t samples = 200'000;
+  constexpr size_t table = 2;
+  struct Case {
+    std::optional<KeyDistribution> distribution;
+    double theta;     // spec.theta
+    double exponent;  // what the trace must use
+  };
+  for (const Case& c : {Case{std::nullopt, 0.5, kDlrmDefaultExponent},
+                        Case{KeyDistribution::ZipfianExact, 0.8, 0.8}}) {
+    SCOPED_TRACE("exponent " + std::to_string(c.exponent));
+    const WorkloadSpec spec{.workload = Workload::Dlrm,
+                            .record_count = records,
+                            .operation_count = 26 * samples,
+                            .distribution = c.distribution,
+                            .theta = c.theta,
+                            .seed = 21};
+    const DlrmTrace oracle(spec);  // same spec, same hot rows as the generator's
+    ASSERT_EQ(oracle.exponent(), c.exponent);
+    const TableRange range = oracle.tables()[table];
+    const uint64_t head = range.rows / 100;
+    std::vector<bool> is_hot(range.rows, false);
+    for (uint64_t rank = 0; rank < head; ++rank) is_hot[oracle.record_of_rank(table, rank) - range.first] = true;
+    const uint64_t hottest = oracle.record_of_rank(table, 0);
+
+    std::vector<uint64_t> counts(range.rows, 0);
+    uint64_t head_hits = 0;
+    uint64_t hottest_hits = 0;
+    for_each_op(spec, [&](uint64_t position, const Op& op) {
+      if (position % 26 != table) return;
+      const uint64_t row = op.record - range.first;
+      ++counts[row];
+      head_hits += is_hot[row];
+      hottest_hits += op.record == hottest;
+    });
+    const double zeta_n = direct_zeta(range.rows, c.exponent);
+    const double head_mass = exact_head_mass(head, c.exponent, zeta_n);
+    const double p_hottest = 1.0 / zeta_n;
+    EXPECT_NEAR(static_cast<double>(head_hits) / samples, head_mass, four_standard_errors(head_mass, samples));
+    EXPECT_NEAR(static_cast<double>(hottest_hits) / samples, p_hottest, four_standard_errors(p_hottest, samples));
+    // Model-free: the rows hottest in the sample take at least the top 1% ranks' share.
+    EXPECT_GE(top_share(counts, head, samples), head_mass - four_standard_errors(head_mass, samples));
+
+    // Hot rows are scattered over the table, not rows 0, 1, 2, ...
+    std::vector<double> positions;
+    for (uint64_t rank = 0; rank < 1000; ++rank) {
+      positions.push_back(static_cast<double>(oracle.record_of_rank(table, rank) - range.first) / range.rows);
+    }
+    EXPECT_LT(ks_uniform_statistic(positions), ks_critical_value(positions.size()));
+  }
+}
+
+TEST(Dlrm, UniformDrawsEveryRowOfATableAlike) {
+  constexpr uint64_t samples = 200'000;
+  const WorkloadSpec spec{.workload = Workload::Dlrm,
+                          .record_count = 1'000'000,
+                          .operation_count = 26 * samples,
+                          .distribution = KeyDistribution::Uniform};
+  const TableRange range = dlrm_table_ranges(spec.record_count)[2];
+  std::vector<uint64_t> counts(range.rows, 0);
+  for_each_op(spec, [&](uint64_t position, const Op& op) {
+    if (position % 26 == 2) ++counts[op.record - range.first];
+  });
+  // The first 1% of rows get 1% of the reads.
+  uint64_t first_percent = 0;
+  for (uint64_t row = 0; row < range.rows / 100; ++row) first_percent += counts[row];
+  EXPECT_NEAR(static_cast<double>(first_percent) / samples, 0.01, four_standard_errors(0.01, samples));
+}
+
+TEST(Dlrm, TablesKeepRealCardinalitiesWhenRecordsSuffice) {
+  constexpr uint64_t samples = 20'000;
+  const WorkloadSpec spec{.workload = Workload::Dlrm,
+                          .record_count = kCriteoKaggleRows + 1'000'000,
+                          .operation_count = 26 * samples};
+  const auto tables = dlrm_table_ranges(spec.record_count);
+  std::vector<bool> seen_rows_of_3_row_table(3, false);
+  uint64_t largest_record = 0;
+  for_each_op(spec, [&](uint64_t position, const Op& op) {
+    const TableRange& table = tables[position % 26];
+    ASSERT_TRUE(op.record >= table.first && op.record < table.first + table.rows) << position;
+    largest_record = std::max(largest_record, op.record);
+    if (position % 26 == 8) seen_rows_of_3_row_table[op.record - table.first] = true;
+  });
+  EXPECT_LT(largest_record, kCriteoKaggleRows);  // the extra million records are not referenced
+  // Table 8 has its real 3 rows, and every one is read (the coldest has 17% of the mass).
+  EXPECT_EQ(std::count(seen_rows_of_3_row_table.begin(), seen_rows_of_3_row_table.end(), true), 3);
+}
+
+TEST(PageRank, SixteenReadsThenOneUpdatePerVertexBatch) {
+  constexpr uint64_t vertices = 1000;
+  constexpr uint64_t operations = 17 * vertices * 2 + 5;
+  const WorkloadSpec spec{.workload = Workload::PageRank, .record_count = vertices, .operation_count = operations};
+  EXPECT_EQ(WorkloadGenerator(spec).distribution(), KeyDistribution::Rmat);
+  const std::vector<Op> ops = generate_all(spec, 999);
+  ASSERT_EQ(ops.size(), operations);
+  uint64_t reads = 0;
+  uint64_t updates = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (i % 17 == 16) {
+      ASSERT_EQ(ops[i].type, OpType::Update) << i;
+      ASSERT_EQ(ops[i].record, (i / 17) % vertices) << i;  // every vertex once per iteration
+      ++updates;
+    } else {
+      ASSERT_EQ(ops[i].type, OpType::Read) << i;
+      ASSERT_LT(ops[i].record, vertices) << i;
+      ++reads;
+    }
+  }
+  EXPECT_EQ(updates, 2 * vertices);
+  EXPECT_EQ(reads, 16 * updates + 5);
+  const OperationMix mix = operation_mix(Workload::PageRank);
+  EXPECT_DOUBLE_EQ(mix.read / mix.update, 16.0);
+  EXPECT_DOUBLE_EQ(mix.read + mix.update, 1.0);
+}
+
+TEST(PageRank, IterationsRepeatTheSameEdges) {
+  constexpr uint64_t vertices = 5000;
+  constexpr uint64_t iteration = 17 * vertices;
+  const WorkloadSpec spec{
+      .workload = Workload::PageRank, .record_count = vertices, .operation_count = 2 * iteration + 100, .seed = 9};
+  const std::vector<Op> ops = generate_all(spec);
+  for (size_t i = 0; i + iteration < ops.size(); ++i) {
+    ASSERT_EQ(ops[i].type, ops[i + iteration].type) << i;
+    ASSERT_EQ(ops[i].record, ops[i + iteration].record) << i;
+  }
+  // ... and within an iteration the edges differ.
+  std::vector<bool> read(vertices, false);
+  for (size_t i = 0; i < iteration; ++i) {
+    if (ops[i].type == OpType::Read) read[ops[i].record] = true;
+  }
+  EXPECT_GT(std::count(read.begin(), read.end(), true), static_cast<long>(vertices / 4));
+  // The trace's own edge stream agrees with the reads and stays within the vertices.
+  PageRankTrace trace(spec);
+  for (size_t i = 0; i < 17 * 100; ++i) {
+    if (i % 17 == 16) continue;
+    const PageRankTrace::Edge edge = trace.next_edge();
+    ASSERT_EQ(edge.source, ops[i].record) << i;
+    ASSERT_LT(edge.destination, vertices);
+  }
+}
+
+// Expected share of the top `top` vertices of R-MAT's source distribution over 2^levels
+// vertices: a vertex whose label has k one-bits has probability (a+b)^(levels-k) (c+d)^k.
+double rmat_top_source_mass(unsigned levels, uint64_t top) {
+  const double p_one = PageRankTrace::kC + (1.0 - PageRankTrace::kA - PageRankTrace::kB - PageRankTrace::kC);
+  double mass = 0.0;
+  double vertices_with_k_ones = 1.0;  // C(levels, k)
+  for (unsigned k = 0; k <= levels && top > 0; ++k) {
+    const uint64_t taken = std::min<uint64_t>(top, static_cast<uint64_t>(vertices_with_k_ones + 0.5));
+    mass += static_cast<double>(taken) * std::pow(1.0 - p_one, levels - k) * std::pow(p_one, k);
+    top -= taken;
+    vertices_with_k_ones = vertices_with_k_ones * (levels - k) / (k + 1);
+  }
+  return mass;
+}
+
+TEST(PageRank, OutDegreeSkewMatchesRmat) {
+  // One iteration over 2^16 vertices reads the sources of 2^20 edges. R-MAT's top 1% of
+  // sources carry 42.5% of them (uniform endpoints would give about 1.7%); a sampler with
+  // other parameters (say a = .5, b = c = .2, d = .1) gives 23.5%.
+  constexpr unsigned levels = 16;
+  constexpr uint64_t vertices = 1ULL << levels;
+  const WorkloadSpec spec{
+      .workload = Workload::PageRank, .record_count = vertices, .operation_count = 17 * vertices, .seed = 4};
+  std::vector<uint64_t> reads_of(vertices, 0);
+  uint64_t reads = 0;
+  for_each_op(spec, [&](uint64_t, const Op& op) {
+    if (op.type != OpType::Read) return;
+    ++reads_of[op.record];
+    ++reads;
+  });
+  ASSERT_EQ(reads, 16 * vertices);
+  const uint64_t top = vertices / 100;
+  const double expected = rmat_top_source_mass(levels, top);
+  EXPECT_NEAR(expected, 0.425, 0.001);
+  EXPECT_NEAR(top_share(reads_of, top, reads), expected, 0.01);
+  // Destinations follow the same law (b = c, so a destination bit is 0 with probability
+  // a + c = a + b); the trace does not emit them, but they decide which edges are redrawn when
+  // N is not a power of two.
+  PageRankTrace trace(spec);
+  std::vector<uint64_t> in_degree(vertices, 0);
+  for (uint64_t e = 0; e < 16 * vertices; ++e) ++in_degree[trace.next_edge().destination];
+  EXPECT_NEAR(top_share(in_degree, top, 16 * vertices), expected, 0.01);
+
+  // The hottest vertices are scattered over the ids, as Graph500's relabelling does.
+  std::vector<uint64_t> ids(vertices);
+  for (uint64_t v = 0; v < vertices; ++v) ids[v] = v;
+  std::partial_sort(ids.begin(), ids.begin() + 300, ids.end(),
+                    [&](uint64_t a, uint64_t b) { return reads_of[a] > reads_of[b]; });
+  std::vector<double> positions;
+  for (size_t i = 0; i < 300; ++i) positions.push_back(static_cast<double>(ids[i]) / vertices);
+  EXPECT_LT(ks_uniform_statistic(positions), ks_critical_value(positions.size()));
+}
+
+TEST(PageRank, OtherVertexCountsStaySkewedAndUniformDoesNot) {
+  constexpr uint64_t vertices = 100'000;  // R-MAT over 2^17, edges leaving [0, N) redrawn
+  for (const KeyDistribution distribution : {KeyDistribution::Rmat, KeyDistribution::Uniform}) {
+    SCOPED_TRACE(std::string(name(distribution)));
+    const WorkloadSpec spec{.workload = Workload::PageRank,
+                            .record_count = vertices,
+                            .operation_count = 17 * vertices,
+                            .distribution = distribution};
+    std::vector<uint64_t> reads_of(vertices, 0);
+    uint64_t reads = 0;
+    for_each_op(spec, [&](uint64_t, const Op& op) {
+      ASSERT_LT(op.record, vertices);
+      if (op.type != OpType::Read) return;
+      ++reads_of[op.record];
+      ++reads;
+    });
+    const double share = top_share(reads_of, vertices / 100, reads);
+    if (distribution == KeyDistribution::Rmat) {
+      EXPECT_GT(share, 0.3);  // far above the 1% of a graph without skew
+    } else {
+      EXPECT_LT(share, 0.025);  // Poisson(16) degrees: the top 1% hold about 1.7%
+    }
+  }
+}
+
+TEST(Traces, SameSpecGivesTheSameStreamAndSeedChangesIt) {
+  for (const Workload workload : {Workload::Dlrm, Workload::PageRank}) {
+    for (const std::optional<KeyDistribution> distribution :
+         {std::optional<KeyDistribution>{}, std::optional<KeyDistribution>{KeyDistribution::Uniform}}) {
+      SCOPED_TRACE(std::string(name(workload)) + "/" +
+                   std::string(name(distribution.value_or(default_distribution(workload)))));
+      WorkloadSpec spec{.workload = workload,
+                        .record_count = 100'000,
+                        .operation_count = 100'000,
+                        .distribution = distribution,
+                        .seed = 17};
+      const uint64_t first = stream_hash(spec);
+      EXPECT_EQ(stream_hash(spec), first);
+      const std::vector<Op> whole = generate_all(spec, 100'000);
+      const std::vector<Op> pieces = generate_all(spec, 7);
+      ASSERT_EQ(whole.size(), pieces.size());
+      for (size_t i = 0; i < whole.size(); ++i) {
+        ASSERT_TRUE(whole[i].type == pieces[i].type && whole[i].record == pieces[i].record) << i;
+      }
+      spec.seed = 18;
+      EXPECT_NE(stream_hash(spec), first);
+    }
+  }
+}
+
+TEST(Traces, RejectSpecsThatCannotRun) {
+  const auto spec = [](Workload w, uint64_t records, std::optional<KeyDistribution> d = std::nullopt,
+                       double theta = 0.99) {
+    return WorkloadSpec{.workload = w, .record_count = records, .operation_count = 100, .distribution = d,
+                        .theta = theta};
+  };
+  EXPECT_THROW(WorkloadGenerator(spec(Workload::Dlrm, 25)), std::invalid_argument);
+  EXPECT_THROW(WorkloadGenerator(spec(Workload::Dlrm, 0)), std::invalid_argument);
+  for (const KeyDistribution d : {KeyDistribution::Zipfian, KeyDistribution::Latest, KeyDistribution::Rmat}) {
+    EXPECT_THROW(WorkloadGenerator(spec(Workload::Dlrm, 1000, d)), std::invalid_argument) << name(d);
+  }
+  EXPECT_THROW(WorkloadGenerator(spec(Workload::Dlrm, 1000, KeyDistribution::ZipfianExact, 0.0)),
+               std::invalid_argument);
+  EXPECT_EQ(generate_all(spec(Workload::Dlrm, 26, KeyDistribution::ZipfianExact, 1.5)).size(), 100U);
+
+  EXPECT_THROW(WorkloadGenerator(spec(Workload::PageRank, 0)), std::invalid_argument);
+  for (const KeyDistribution d : {KeyDistribution::Zipfian, KeyDistribution::ZipfianExact, KeyDistribution::Latest}) {
+    EXPECT_THROW(WorkloadGenerator(spec(Workload::PageRank, 1000, d)), std::invalid_argument) << name(d);
+  }
+  // One vertex: every edge is a self-loop on record 0.
+  for (const Op& op : generate_all(spec(Workload::PageRank, 1))) EXPECT_EQ(op.record, 0U);
+
+  // rmat belongs to pagerank; LOAD chooses no keys and ignores it.
+  EXPECT_THROW(WorkloadGenerator(spec(Workload::A, 1000, KeyDistribution::Rmat)), std::invalid_argument);
+  EXPECT_THROW(WorkloadGenerator(spec(Workload::Search, 1000, KeyDistribution::Rmat)), std::invalid_argument);
+  EXPECT_EQ(generate_all(spec(Workload::Load, 1000, KeyDistribution::Rmat)).size(), 1000U);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -520,17 +520,18 @@ Cli::Cli() : app_("gphash: a persistent GPU hash index and key-value store.\n"
 
   bench_ = app_.add_subcommand("bench", "The main job: create a pool, load it, run YCSB A, B and C, report");
   options_.text(bench_, "--pool", bench_pool_, "Pool to create (replaced if it exists and is not in use)");
-  options_.text(bench_, "--workloads", workloads_, "Comma-separated: load first, then any of a,b,c,d,f and the micro workloads search, negative-search, update, delete (last)")
+  options_.text(bench_, "--workloads", workloads_, "Comma-separated: load first, then any of a,b,c,d,f, the micro workloads search, negative-search, update, delete (last) and the traces dlrm, pagerank")
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             size_t pos = 0;
             for (int k = 0; pos <= text.size(); ++k) {
               size_t comma = std::min(text.find(',', pos), text.size());
               const std::string w = text.substr(pos, comma - pos);
-              static const std::set<std::string> later = {"a",      "b",               "c",      "d",     "f",
-                                                          "search", "negative-search", "update", "delete"};
+              static const std::set<std::string> later = {"a",      "b",               "c",      "d",      "f",
+                                                          "search", "negative-search", "update", "delete", "dlrm",
+                                                          "pagerank"};
               if (k == 0 ? w != "load" : !later.contains(w))
-                return "takes load first, then any of a,b,c,d,f,search,negative-search,update,delete, "
+                return "takes load first, then any of a,b,c,d,f,search,negative-search,update,delete,dlrm,pagerank, "
                        "comma-separated (not '" + text + "')";
               pos = comma + 1;
             }

@@ -47,6 +47,10 @@ OperationMix operation_mix(Workload workload) {
     case Workload::NegativeSearch: return {.read_absent = 1.0};
     case Workload::Update: return {.update = 1.0};
     case Workload::Delete: return {.erase = 1.0};
+    case Workload::Dlrm: return {.read = 1.0};
+    case Workload::PageRank:
+      return {.read = PageRankTrace::kReadsPerUpdate / (PageRankTrace::kReadsPerUpdate + 1.0),
+              .update = 1.0 / (PageRankTrace::kReadsPerUpdate + 1.0)};
   }
   throw std::invalid_argument("unknown Workload value; use one of the enumerators");
 }
@@ -63,6 +67,8 @@ KeyDistribution default_distribution(Workload workload) {
     case Workload::NegativeSearch:
     case Workload::Update:
     case Workload::Delete: return KeyDistribution::Uniform;
+    case Workload::Dlrm: return KeyDistribution::ZipfianExact;
+    case Workload::PageRank: return KeyDistribution::Rmat;
   }
   throw std::invalid_argument("unknown Workload value; use one of the enumerators");
 }
@@ -79,6 +85,8 @@ std::string_view name(Workload workload) {
     case Workload::NegativeSearch: return "negative-search";
     case Workload::Update: return "update";
     case Workload::Delete: return "delete";
+    case Workload::Dlrm: return "dlrm";
+    case Workload::PageRank: return "pagerank";
   }
   return "unknown";
 }
@@ -89,6 +97,7 @@ std::string_view name(KeyDistribution distribution) {
     case KeyDistribution::Zipfian: return "zipfian";
     case KeyDistribution::ZipfianExact: return "zipfian-exact";
     case KeyDistribution::Latest: return "latest";
+    case KeyDistribution::Rmat: return "rmat";
   }
   return "unknown";
 }
@@ -108,26 +117,29 @@ std::string_view name(OpType type) {
 Workload parse_workload(std::string_view text) {
   const std::string key = lower_case(text);
   for (const Workload w : {Workload::Load, Workload::A, Workload::B, Workload::C, Workload::D, Workload::F,
-                           Workload::Search, Workload::NegativeSearch, Workload::Update, Workload::Delete}) {
+                           Workload::Search, Workload::NegativeSearch, Workload::Update, Workload::Delete,
+                           Workload::Dlrm, Workload::PageRank}) {
     if (key == name(w)) return w;
   }
   if (key == "e") {
     throw std::invalid_argument(
         "YCSB workload E is a range scan, which a hash index cannot serve; choose one of "
-        "load, a, b, c, d, f (or a micro workload: search, negative-search, update, delete)");
+        "load, a, b, c, d, f (or a micro workload: search, negative-search, update, delete; or a trace: "
+        "dlrm, pagerank)");
   }
   throw std::invalid_argument("unknown workload '" + std::string(text) +
-                              "'; choose one of load, a, b, c, d, f, search, negative-search, update, delete");
+                              "'; choose one of load, a, b, c, d, f, search, negative-search, update, delete, "
+                              "dlrm, pagerank");
 }
 
 KeyDistribution parse_distribution(std::string_view text) {
   const std::string key = lower_case(text);
   for (const KeyDistribution d : {KeyDistribution::Uniform, KeyDistribution::Zipfian,
-                                  KeyDistribution::ZipfianExact, KeyDistribution::Latest}) {
+                                  KeyDistribution::ZipfianExact, KeyDistribution::Latest, KeyDistribution::Rmat}) {
     if (key == name(d)) return d;
   }
   throw std::invalid_argument("unknown key distribution '" + std::string(text) +
-                              "'; choose one of uniform, zipfian, zipfian-exact, latest");
+                              "'; choose one of uniform, zipfian, zipfian-exact, latest, rmat (pagerank only)");
 }
 
 WorkloadGenerator::WorkloadGenerator(const WorkloadSpec& spec)
@@ -172,6 +184,20 @@ WorkloadGenerator::WorkloadGenerator(const WorkloadSpec& spec)
         " reads existing records but record_count is 0; set record_count to the number of "
         "records loaded by the load workload");
   }
+  // The traces bring their own samplers and never touch chooser_ or choose_type().
+  if (spec.workload == Workload::Dlrm) {
+    trace_.emplace<DlrmTrace>(spec);
+    return;
+  }
+  if (spec.workload == Workload::PageRank) {
+    trace_.emplace<PageRankTrace>(spec);
+    return;
+  }
+  if (distribution_ == KeyDistribution::Rmat) {
+    throw std::invalid_argument("distribution rmat is the pagerank trace's graph; workload " +
+                                std::string(name(spec.workload)) +
+                                " takes uniform, zipfian, zipfian-exact or latest");
+  }
   switch (distribution_) {
     case KeyDistribution::Uniform: break;  // draws from the current count directly
     case KeyDistribution::Zipfian:
@@ -184,6 +210,7 @@ WorkloadGenerator::WorkloadGenerator(const WorkloadSpec& spec)
     case KeyDistribution::Latest:
       chooser_.emplace<LatestChooser>(spec.record_count, spec.theta);
       break;
+    case KeyDistribution::Rmat: break;  // rejected above
   }
 }
 
@@ -197,6 +224,8 @@ size_t WorkloadGenerator::next(std::span<Op> out) {
 
 Op WorkloadGenerator::next_op() {
   if (spec_.workload == Workload::Load) return {OpType::Insert, records_now_++};
+  if (auto* dlrm = std::get_if<DlrmTrace>(&trace_)) return dlrm->next(rng_);
+  if (auto* pagerank = std::get_if<PageRankTrace>(&trace_)) return pagerank->next();
   const OpType type = choose_type();
   if (type == OpType::Delete) return {type, next_deleted_++};
   if (type == OpType::ReadAbsent) return {type, kAbsentRecordBase + rng_.below(records_now_)};
@@ -226,6 +255,7 @@ uint64_t WorkloadGenerator::choose_existing_record() {
       return draw_existing(std::get<ScrambledZipfian>(chooser_), rng_, records_now_);
     case KeyDistribution::ZipfianExact:
       return draw_existing(std::get<ZipfExact>(chooser_), rng_, records_now_);
+    case KeyDistribution::Rmat: break;  // only the pagerank trace, which does not come here
   }
   return 0;
 }
