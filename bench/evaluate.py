@@ -49,7 +49,19 @@ SYSTEMS = {
                    "bench", ["--engine", "cpu"], False),
     "cpu-hmeh": ("HMEH alone, batches in host memory, all cores (no PCIe)", "bench", ["--engine", "cpu", "--index", "hmeh"],
                  False),
+    # Peers. The list-based index with logging is ours, on libGPM (SlabHash-GPM's design: chains of
+    # 128-byte slabs searched by a warp, every write an undo-logged transaction); gpKVS is libGPM's
+    # Mega-KV-style store (8-byte values only); HierarchicalKV is downloaded at benchmark time
+    # (scripts/peers/hkv.sh), never committed. All take 8-byte keys; batches start in GPU memory.
+    "slablist-gpm": ("SlabHash-GPM stand-in: slab lists in host-mapped persistent memory, undo-logged writes (libGPM)",
+                     "gpm-index", ["--system", "slablist"], True),
+    "gpkvs": ("gpKVS (libGPM's Mega-KV-style store, HCL undo log), 8-byte values", "gpm-index",
+              ["--system", "gpkvs", "--value-width", "8"], True),
+    "hkv-gpu": ("HierarchicalKV, keys and values in GPU memory (volatile)", "hkv", ["--mode", "gpu"], True),
+    "hkv-hybrid": ("HierarchicalKV hybrid: keys in GPU memory, values in pinned host memory (volatile)", "hkv",
+                   ["--mode", "hybrid"], True),
 }
+PEERS = ("slablist-gpm", "gpkvs", "hkv-gpu", "hkv-hybrid")
 
 SIZES = {  # records loaded, operations per micro workload, per YCSB workload, batch sizes (log2)
     "quick": dict(records=200_000, micro_ops=200_000, ycsb_ops=200_000, batches=range(10, 17, 2)),
@@ -58,7 +70,9 @@ SIZES = {  # records loaded, operations per micro workload, per YCSB workload, b
 }
 MICRO = ["load", "search", "negative-search", "update", "delete"]
 YCSB = ["load", "a", "b", "c", "d", "f"]
-PARTS = ["micro", "ycsb", "batch", "factor", "cache", "skew", "keys", "shape", "resize-recovery"]
+PARTS = ["micro", "ycsb", "traces", "batch", "breakdown", "timeline", "factor", "cache", "skew", "keys", "shape",
+         "resize-recovery"]
+TRACES = ["load", "dlrm", "pagerank"]
 VALUE_WIDTH = 128  # the paper's values
 BATCH = 1 << 16
 
@@ -106,9 +120,10 @@ def with_overrides(flags: list[str], extra: list[str]) -> list[str]:
 
 
 class Runner:
-    def __init__(self, build: Path, out: Path, size: str, gpu: bool, pool_dir: str):
+    def __init__(self, build: Path, out: Path, size: str, gpu: bool, pool_dir: str, hkv_bench: Path):
         self.gphash = build / "gphash"
         self.gpu_bench = build / "bench" / "gpu_bench"
+        self.tools = {"gpm-index": build / "bench" / "gpm_index_bench", "hkv": hkv_bench}
         self.out, self.size, self.gpu, self.pool = out, SIZES[size], gpu, f"{pool_dir}/gphash-evaluate"
         (out / "logs").mkdir(parents=True, exist_ok=True)
         path = out / "results.json"
@@ -120,29 +135,46 @@ class Runner:
         (self.out / "results.json").write_text(json.dumps(self.doc, indent=1))
 
     def usable(self, system: str, key_width: int) -> bool:
-        _, _, _, needs_gpu = SYSTEMS[system]
+        _, tool, _, needs_gpu = SYSTEMS[system]
         if needs_gpu and not self.gpu:
             return False
+        if tool in self.tools and not self.tools[tool].exists():
+            if tool not in self.doc.setdefault("missing_tools", {}):
+                self.doc["missing_tools"][tool] = str(self.tools[tool])
+                print(f"  (not run: {tool} systems, {self.tools[tool]} not built)", flush=True)
+            return False
+        if system in PEERS and key_width != 8:
+            return False  # the peers take 8-byte keys
         return not (system.endswith("hmeh") and key_width not in (8, 16))  # HMEH: 8- or 16-byte keys
 
     def run(self, part: str, system: str, workloads: list[str], key_width: int = 8, records: int | None = None,
-            operations: int | None = None, batch: int = BATCH, extra: list[str] | None = None, **params):
+            operations: int | None = None, batch: int = BATCH, extra: list[str] | None = None,
+            capacity: int | None = None, value_width: int = VALUE_WIDTH, **params):
         records = records or self.size["records"]
         operations = operations or self.size["micro_ops"]
-        # Tables are sized for what the run inserts (LOAD, and D's 5%): resizes are the resize part's.
-        capacity = records + (operations // 16 if "d" in workloads else 0)
+        # Tables are sized for what the run inserts (LOAD, and D's 5%): resizes are the resize part's
+        # (and the timeline's, which passes a small capacity on purpose).
+        capacity = capacity or records + (operations // 16 if "d" in workloads else 0)
         tag = "_".join([part, system, str(key_width), str(batch)] + [f"{k}{v}" for k, v in params.items()])
         tag += "_" + "-".join(x.lstrip("-") for x in (extra or []))
+        tag = "".join(c if c.isalnum() or c in "._-" else "-" for c in tag)
         log, js = self.out / "logs" / f"{tag}.txt", self.out / "logs" / f"{tag}.json"
         _, tool, flags, _ = SYSTEMS[system]
         common = ["--workloads", ",".join(workloads), "--operations", str(operations), "--capacity", str(capacity),
-                  "--json", str(js)] + with_overrides(flags, extra or [])
+                  "--json", str(js)]
         if tool == "gpu-batches":
             cmd = [str(self.gpu_bench), "--sections", "gpu-batches", "--ycsb-records", str(records), "--ycsb-batch",
-                   str(batch), "--ycsb-key-width", str(key_width), "--ycsb-value-width", str(VALUE_WIDTH)] + common
+                   str(batch), "--ycsb-key-width", str(key_width), "--ycsb-value-width", str(value_width)] + common
+            cmd += with_overrides(flags, extra or [])
+        elif tool in self.tools:  # the peers: a system's own value width (gpKVS's 8 bytes) replaces ours
+            options = with_overrides(["--value-width", str(value_width)] + flags, extra or [])
+            value_width = int(options[options.index("--value-width") + 1])
+            cmd = [str(self.tools[tool]), "--records", str(records), "--batch", str(batch), "--key-width",
+                   str(key_width)] + common + options
         else:
             cmd = [str(self.gphash), "bench", "--pool", self.pool, "--no-progress", "--key-width", str(key_width),
-                   "--value-width", str(VALUE_WIDTH), "--records", str(records), "--batch", str(batch)] + common
+                   "--value-width", str(value_width), "--records", str(records), "--batch", str(batch)] + common
+            cmd += with_overrides(flags, extra or [])
         t0 = time.time()
         with open(log, "w") as f:
             f.write(" ".join(cmd) + "\n")
@@ -150,12 +182,14 @@ class Runner:
             rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
         for leftover in Path(self.pool).parent.glob(Path(self.pool).name + "*"):
             leftover.unlink()
-        entry = {"part": part, "system": system, "key_width": key_width, "records": records, "operations": operations,
+        entry = {"part": part, "system": system, "key_width": key_width, "value_width": value_width, "records": records,
+                 "operations": operations,
                  "batch": batch, "extra": extra or [], "params": params, "rc": rc, "seconds": round(time.time() - t0, 1),
                  "log": str(log.relative_to(self.out))}
         try:
             doc = json.loads(js.read_text())
             entry["results"] = doc["gpu_batches"]["results"] if tool == "gpu-batches" else doc["results"]
+            entry["results"] = [x for x in entry["results"] if not x.get("unsupported")]
             js.unlink()
         except (OSError, KeyError, ValueError) as e:
             entry["error"] = f"no results ({e}); see {entry['log']}"
@@ -179,6 +213,10 @@ def run_parts(r: Runner, parts: list[str], systems: list[str]):
         for s in systems:
             if r.usable(s, 8):
                 r.run("ycsb", s, YCSB, operations=size["ycsb_ops"])
+    if "traces" in parts:  # figure 10's real-world workloads, synthesised: a DLRM-like and a PageRank-like trace
+        for s in systems:
+            if r.usable(s, 8):
+                r.run("traces", s, TRACES, operations=size["ycsb_ops"])
     if "batch" in parts:  # throughput and batch latency against batch size, end to end and device time
         for s in ("gpu-mapped", "gpu-memory", "cpu-assisted-gphash", "gpu-mapped-host-batches", "cpu-gphash"):
             if s in systems and r.usable(s, 8):
@@ -188,6 +226,20 @@ def run_parts(r: Runner, parts: list[str], systems: list[str]):
                           operations=max(size["micro_ops"] // 4, 4 * b))
     if not r.gpu:
         return
+    if "breakdown" in parts:  # where a batch's time goes: transfer, index, value access (YCSB C and A)
+        # Measured by difference, each pair in the same run: transfer = batches in host memory less
+        # batches in GPU memory; value access = 128-byte values (read from the value heap) less
+        # 8-byte values (inline in the slot); the index is the rest of the device time.
+        for name, system, vw in (("host arrays", "gpu-mapped-host-batches", VALUE_WIDTH),
+                                 ("gpu arrays", "gpu-mapped", VALUE_WIDTH), ("gpu arrays, inline values", "gpu-mapped", 8),
+                                 ("host arrays", "cpu-assisted-gphash", VALUE_WIDTH)):
+            r.run("breakdown", system, ["load", "c", "a"], operations=size["ycsb_ops"], value_width=vw, step=name)
+    if "timeline" in parts:  # load factor during LOAD (from a small table, with its resizes); throughput
+        # over time while the cache loads, from a cold cache
+        r.run("timeline", "gpu-mapped", ["load"], capacity=max(1024, size["records"] // 64), what="load")
+        r.run("timeline", "gpu-mapped", ["load"], what="load-sized")
+        for s in ("gpu-bktcache", "gpu-bktcache-values"):
+            r.run("timeline", s, ["load", "c"], operations=size["ycsb_ops"], what="cache")
     if "factor" in parts:  # naive port, + warp cooperation, + tag mirror, + cache
         for name, extra, system in (("naive", ["--kernels", "thread"], "gpu-mapped"),
                                     ("+warp", ["--kernels", "warp-direct"], "gpu-mapped"),
@@ -325,6 +377,23 @@ def report(out: Path):
     bars("micro", MICRO, 8, "Micro-benchmarks, 8-byte keys", "micro_k8.png")
     bars("micro", MICRO, 32, "Micro-benchmarks, 32-byte keys", "micro_k32.png")
     bars("ycsb", YCSB, 8, "YCSB (Zipfian 0.99; D: latest), 8-byte keys", "ycsb.png")
+    bars("traces", TRACES, 8, "DLRM-like and PageRank-like traces, 8-byte keys", "traces.png")
+
+    pcie = [e for e in doc["runs"] if e["part"] in ("micro", "ycsb", "traces") and "results" in e and
+            any("pcie_in_bytes_per_op" in x for x in e["results"])]
+    if pcie:
+        md += ["## Bytes over PCIe per operation", "",
+               "NVML's PCIe counters of the GPU, sampled in 20 ms windows while each workload ran, less the "
+               "benchmark's own copies that place a batch in GPU memory and fetch its results (not timed, not the "
+               "system's). in: host to GPU (reads of host memory, copies in); out: GPU to host (writes to the pool, "
+               "copies out). Short runs make this coarse.", ""]
+        rows = []
+        for e in pcie:
+            for x in e["results"]:
+                if "pcie_in_bytes_per_op" in x:
+                    rows.append([e["part"], e["system"], f"k{e['key_width']}/v{e.get('value_width', VALUE_WIDTH)}",
+                                 x["workload"], f"{x['pcie_in_bytes_per_op']:.0f}", f"{x['pcie_out_bytes_per_op']:.0f}"])
+        md += [table(["part", "system", "widths", "workload", "in B/op", "out B/op"], rows), ""]
 
     batch = rows_of(doc, "batch")
     if batch:
@@ -376,6 +445,63 @@ def report(out: Path):
                 rows.append([e["system"], e["batch"], w.upper()] + [f"{100 * f:.0f}%" for f in shares] +
                             [f"{100 * max(0.0, 1 - sum(shares)):.0f}%", x.get("heap_grows", "-")])
         md += [table(["system", "batch", "workload", "plan", "kernel", "slow path", "rest", "heap grows"], rows), ""]
+
+    breakdown = {(e["system"], e["params"]["step"]): e for e in rows_of(doc, "breakdown")}
+    if breakdown:
+        md += ["## Where an operation's time goes (host-mapped, 8-byte keys, batches of 65,536)", "",
+               "By difference between runs of this evaluation: transfer = the batch in host memory less the batch in "
+               "GPU memory; value access = 128-byte values (in the value heap) less 8-byte values (inline in the "
+               "slot), both in GPU memory; index = the 8-byte-value run (hashing, probing, the slot write and its "
+               "persist, launches). CPU-assisted: transfer = the whole call less the CPU index alone.", ""]
+        ns = lambda x: 1e9 / x if x else float("nan")
+        rows = []
+        for w in ("c", "a"):
+            host, dev, inline = (result(breakdown[("gpu-mapped-host-batches" if k == "host arrays" else "gpu-mapped", k)], w)
+                                 if ("gpu-mapped-host-batches" if k == "host arrays" else "gpu-mapped", k) in breakdown
+                                 else None for k in ("host arrays", "gpu arrays", "gpu arrays, inline values"))
+            if host and dev and inline:
+                total, t_dev, t_inline = ns(host["ops_per_second"]), ns(dev["ops_per_second"]), ns(inline["ops_per_second"])
+                rows.append(["gpu-mapped", w.upper(), f"{total:.1f}", f"{total - t_dev:.1f}", f"{t_inline:.1f}",
+                             f"{t_dev - t_inline:.1f}"])
+            ca = breakdown.get(("cpu-assisted-gphash", "host arrays"))
+            x = result(ca, w) if ca else None
+            if x and x.get("index_ops_per_second"):
+                total, index = ns(x["ops_per_second"]), ns(x["index_ops_per_second"])
+                rows.append(["cpu-assisted-gphash", w.upper(), f"{total:.1f}", f"{total - index:.1f}", f"{index:.1f}",
+                             "(in index)"])
+        md += [table(["system", "workload", "total ns/op", "transfer", "index", "value access"], rows), ""]
+
+    timeline = rows_of(doc, "timeline")
+    if timeline:
+        md += ["## Over time: load factor during LOAD, throughput while the cache loads", ""]
+        for e in timeline:
+            for x in e["results"]:
+                md.append(f"- {e['system']} ({e['params']['what']}) {x['workload']}: {mops(x['ops_per_second']):.1f} M/s, "
+                          f"load factor after {x.get('load_factor_after', 0):.2f}, resizes {x.get('resizes', 0)}"
+                          + (f", hit rate {100 * x['cache_hit_rate']:.0f}%" if x.get("cache_hit_rate") is not None else ""))
+        md.append("")
+    if timeline and plt:  # timeline points: [operations, seconds of batch calls, load factor, hit rate]
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.5))
+        for e in timeline:
+            what = e["params"]["what"]
+            for x in e["results"]:
+                pts = x.get("timeline") or []
+                if what.startswith("load") and x["workload"] == "load":
+                    ax1.plot([p[0] / 1e6 for p in pts], [p[2] for p in pts],
+                             label=f"{e['system']}, {'from a small table' if what == 'load' else 'table sized for it'}")
+                if what == "cache" and x["workload"] == "c" and len(pts) > 1:
+                    seg = [(b[1], (b[0] - a[0]) / (b[1] - a[1]) / 1e6, b[3]) for a, b in zip(pts, pts[1:]) if b[1] > a[1]]
+                    ax2.plot([t for t, _, _ in seg], [r for _, r, _ in seg], label=e["system"])
+                    ax3.plot([t for t, _, _ in seg], [100 * (h or 0) for _, _, h in seg], label=e["system"])
+        for ax, xl, yl, title in ((ax1, "M records inserted", "load factor", "Load factor during LOAD"),
+                                  (ax2, "seconds of batch calls into YCSB C", "M operations/s", "YCSB C right after LOAD"),
+                                  (ax3, "seconds of batch calls into YCSB C", "cache hit rate, %", "Hit rate while it loads")):
+            ax.set_xlabel(xl)
+            ax.set_ylabel(yl)
+            ax.set_title(title)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        save(fig, "timeline.png", "timeline")
 
     factor = rows_of(doc, "factor")
     if factor:
@@ -477,6 +603,8 @@ def main():
     run.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {','.join(PARTS)}")
     run.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {','.join(SYSTEMS)}")
     run.add_argument("--pool-dir", default="/dev/shm", help="where pools go (a tmpfs: the persistent memory stand-in)")
+    run.add_argument("--hkv-bench", type=Path, default=Path(__file__).resolve().parent.parent / ".peers/hkv/hkv_bench",
+                     help="HierarchicalKV's harness, built by scripts/peers/hkv.sh (its systems are skipped without it)")
     rep = sub.add_parser("report", help="plots and report.md from DIR/results.json")
     rep.add_argument("dir", type=Path)
     args = ap.parse_args()
@@ -492,7 +620,7 @@ def main():
     gpu = has_gpu()
     if not (args.build_dir / "gphash").exists():
         sys.exit(f"evaluate: {args.build_dir}/gphash not found: build first (scripts/build.sh)")
-    r = Runner(args.build_dir, args.out, args.size, gpu, args.pool_dir)
+    r = Runner(args.build_dir, args.out, args.size, gpu, args.pool_dir, args.hkv_bench)
     print(f"evaluate: {args.size} size, parts {','.join(parts)}; "
           f"{'GPU: ' + r.doc['environment'].get('gpu', '?') if gpu else 'no GPU: the CPU systems only'}", flush=True)
     t0 = time.time()

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "bench_kernels.h"
+#include "pcie_counter.h"
 #include "gphash/table.h"
 #include "workload/records.h"
 #include "ycsb_runner.h"
@@ -432,6 +433,9 @@ class GpuBatchExecutor {
   GpuBatchExecutor& operator=(const GpuBatchExecutor&) = delete;
 
   double index_seconds = 0;  // CPU-assisted: Table::execute alone
+  // The untimed copies that place a batch in GPU memory and fetch its results for checking: not
+  // the system's traffic, so they are taken out of the PCIe count.
+  double staging_in_bytes = 0, staging_out_bytes = 0;  // host to GPU, GPU to host
 
   double operator()(Table& t, const Batch& b) {
     const size_t n = b.size;
@@ -440,6 +444,8 @@ class GpuBatchExecutor {
     check(cudaMemcpy(d_ops_.ptr, b.ops, n, cudaMemcpyHostToDevice), "ops");
     check(cudaMemcpy(d_keys_.ptr, b.keys, n * kw_, cudaMemcpyHostToDevice), "keys");
     if (writes) check(cudaMemcpy(d_values_.ptr, b.values, n * vw_, cudaMemcpyHostToDevice), "values");
+    staging_in_bytes += static_cast<double>(n * (1 + kw_) + (writes ? n * vw_ : 0));
+    staging_out_bytes += static_cast<double>(n + (reads ? n * vw_ : 0));
     const auto t0 = std::chrono::steady_clock::now();
     if (cpu_assisted_) {
       run_on_cpu(t, b, writes, reads);
@@ -506,6 +512,22 @@ OpenOptions options_of(const GpuBatchesSpec& g) {
   return o;
 }
 
+// At most 200 evenly spaced samples of a run's per-batch timeline: operations done, seconds of
+// batch calls so far, load factor, and the cache hit rate of the batches since the last sample.
+json timeline_json(const cli::RunResult& r) {
+  json out = json::array();
+  const size_t n = r.timeline.size(), step = std::max<size_t>(1, (n + 199) / 200);
+  uint64_t lookups = 0, hits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    lookups += r.timeline[i].cache_lookups, hits += r.timeline[i].cache_hits;
+    if ((i + 1) % step != 0 && i + 1 != n) continue;
+    const auto& s = r.timeline[i];
+    out.push_back({s.operations, s.seconds, s.load_factor, lookups ? json(double(hits) / double(lookups)) : json()});
+    lookups = hits = 0;
+  }
+  return out;
+}
+
 json section_gpu_batches(const GpuBatchesSpec& g) {
   const std::string pool = "/dev/shm/gphash-bench-gpu-batches";
   const bool cpu_assisted = g.engine == "cpu";
@@ -520,6 +542,7 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
   ro.execute = [&](Table& table, const Batch& b) { return executor(table, b); };
   json rows = json::array();
   uint64_t records_now = 0;
+  PcieCounter pcie;
   const std::string name = cpu_assisted ? "cpu-assisted " + g.index : "gpu " + g.placement;
   for (size_t pos = 0; pos <= g.workloads.size();) {
     const size_t comma = std::min(g.workloads.find(',', pos), g.workloads.size());
@@ -529,7 +552,11 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                                 g.theta, 1 + rows.size()};
     if (!g.distribution.empty()) spec.distribution = workload::parse_distribution(g.distribution);
     executor.index_seconds = 0;
+    executor.staging_in_bytes = executor.staging_out_bytes = 0;
+    pcie.start();
     const cli::RunResult r = cli::run_workload(t, spec, ro);
+    double tx = 0, rx = 0;
+    const bool counted = pcie.stop(&tx, &rx);
     records_now = t.size();
     say(fmt::format("gpu-batches ({}): {:<16} {:>7.2f} M/s{}; not found {}, bad values {}, failed writes {}, absent "
                     "found {}",
@@ -550,7 +577,13 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                 {"load_factor_after", r.load_factor_after},
                 {"resizes", r.resizes},
                 {"cache_hit_rate", r.cache_hit_rate >= 0 ? json(r.cache_hit_rate) : json()},
-                {"cache_gpu_bytes", r.cache_gpu_bytes}};
+                {"cache_gpu_bytes", r.cache_gpu_bytes},
+                {"timeline", timeline_json(r)}};
+    if (counted) {  // NVML's sampled link counters, less the benchmark's own staging copies
+      const double ops = static_cast<double>(r.operations);
+      row["pcie_in_bytes_per_op"] = std::max(0.0, rx - executor.staging_in_bytes) / ops;
+      row["pcie_out_bytes_per_op"] = std::max(0.0, tx - executor.staging_out_bytes) / ops;
+    }
     if (cpu_assisted) row["index_ops_per_second"] = r.operations / executor.index_seconds;
     else
       row.update({{"device_ops_per_second", r.device_ops_per_second()},

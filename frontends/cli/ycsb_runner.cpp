@@ -25,6 +25,7 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
   r.workload = std::string(workload::name(spec.workload));
   r.distribution = spec.workload == workload::Workload::Load ? "-" : std::string(workload::name(gen.distribution()));
   const TableInfo before = table.info();
+  TableInfo previous = before;
 
   std::vector<workload::Op> wops(options.batch_size);
   // A read-modify-write becomes two table operations, so a batch holds up to twice as many.
@@ -86,6 +87,9 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
     r.slow_seconds += after.last_slow_seconds;
     r.operations += got;
     r.table_ops += n;
+    r.timeline.push_back({r.operations, r.seconds, after.load_factor, after.cache_lookups - previous.cache_lookups,
+                          after.cache_hits - previous.cache_hits});
+    previous = after;
     for (size_t i = 0; i < n; ++i) {
       if (ops[i] == Op::kSearch && records[i] >= workload::kAbsentRecordBase) {
         if (status[i] != OpStatus::kNotFound) ++r.found_absent;

@@ -45,6 +45,15 @@ struct RunResult {
   // them, during this run (-1: no cache); the GPU memory the cache held at the end.
   double cache_hit_rate = -1;
   uint64_t cache_gpu_bytes = 0;
+  // After each batch: operations so far, batch-call seconds so far, the table's load factor, and
+  // the cache's lookups and hits in that batch (the evaluation's load factor during LOAD and
+  // throughput while the cache loads).
+  struct Sample {
+    uint64_t operations = 0;
+    double seconds = 0, load_factor = 0;
+    uint64_t cache_lookups = 0, cache_hits = 0;
+  };
+  std::vector<Sample> timeline;
 
   double ops_per_second() const { return seconds > 0 ? static_cast<double>(operations) / seconds : 0; }
   double device_ops_per_second() const {
