@@ -190,6 +190,9 @@ class Runner:
             doc = json.loads(js.read_text())
             entry["results"] = doc["gpu_batches"]["results"] if tool == "gpu-batches" else doc["results"]
             entry["results"] = [x for x in entry["results"] if not x.get("unsupported")]
+            if part != "timeline":  # per-batch samples are plotted for the timeline part only
+                for x in entry["results"]:
+                    x.pop("timeline", None)
             js.unlink()
         except (OSError, KeyError, ValueError) as e:
             entry["error"] = f"no results ({e}); see {entry['log']}"
@@ -324,6 +327,9 @@ def report(out: Path):
            "'device' rates count the GPU engine's device time (kernels and device-side copies) alone.",
            "- Every figure below was measured on this machine in this run (its parts may run one after another); "
            "ratios compare systems measured minutes apart.", ""]
+    if doc.get("parts"):
+        md[-1:-1] = [f"- Run in {len(doc['parts'])} parts, merged: " + "; ".join(
+            f"{p.get('date')} on {p.get('gpu', 'no GPU')} ({p.get('host')})" for p in doc["parts"]) + "."]
     md += ["## Systems", ""] + [f"- `{k}`: {v}" for k, v in doc["systems"].items()] + [""]
     failures = [e for e in doc["runs"] if "error" in e]
     if failures:
@@ -583,14 +589,39 @@ def report(out: Path):
                          [[f"{x['items']:,}", f"{1e3 * x['gpu_recovery_seconds']:.1f}",
                            f"{1e3 * x['cpu_recovery_seconds']:.1f}"] for x in res["recovery"]]), ""]
 
+    ran = {e["part"] for e in doc["runs"]}
     md += ["## Not measured here", "",
-           "- HierarchicalKV, the list-based GPM index (SlabHash-GPM stand-in), gpKVS (its figures come from "
-           "`gpm_bench`), the DLRM and PageRank traces, load factor over time, throughput while the cache "
-           "loads, and PCIe bytes per operation: not in this driver yet.", ""]
+           "- Parts not in this run: " + (", ".join(p for p in PARTS if p not in ran) or "none") + ".",
+           "- The peers (the SlabHash-GPM stand-in, gpKVS, HierarchicalKV) take 8-byte keys only, and gpKVS "
+           "8-byte values only. PCIe bytes are counted for the systems `gpu_bench` runs, not for the peers.",
+           "- The peers' harnesses apply a batch by operation type (HierarchicalKV: writes, erases, then reads) or "
+           "combine it on the host before the clock starts (the SlabHash-GPM stand-in and gpKVS keep each key's "
+           "last write and answer later reads of it from the batch). GPHash applies a batch in order and "
+           "combines duplicate keys inside its timed GPU path: under skew the peers run fewer table operations "
+           "than GPHash for the same stream.", ""]
     if not plt:
         md += ["(matplotlib is not installed here: no plots; `evaluate.py report DIR` on a machine with it adds them.)", ""]
     (out / "report.md").write_text("\n".join(md))
     print(f"wrote {out / 'report.md'}" + ("" if plt else " (no plots: matplotlib missing)"))
+
+
+def merge(out: Path, sources: list[Path], commit: str | None):
+    """One results.json from runs made in parts (device calls, machines) at one size."""
+    docs = [json.loads((d / "results.json").read_text()) for d in sources]
+    sizes = {d["size"] for d in docs}
+    if len(sizes) != 1:
+        sys.exit(f"evaluate merge: the parts have different sizes ({', '.join(sorted(sizes))}); merge one size at a time")
+    doc = dict(docs[0], runs=[r for d in docs for r in d["runs"]], parts=[d["environment"] for d in docs])
+    for r in doc["runs"]:
+        if r["part"] not in ("timeline", "resize-recovery"):
+            for x in r.get("results", []):
+                x.pop("timeline", None)
+    if commit:
+        for env in [doc["environment"]] + doc["parts"]:
+            env["commit"] = commit
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    report(out)
 
 
 def main():
@@ -607,9 +638,15 @@ def main():
                      help="HierarchicalKV's harness, built by scripts/peers/hkv.sh (its systems are skipped without it)")
     rep = sub.add_parser("report", help="plots and report.md from DIR/results.json")
     rep.add_argument("dir", type=Path)
+    mrg = sub.add_parser("merge", help="one results.json and report from parts run apart (one size)")
+    mrg.add_argument("out", type=Path)
+    mrg.add_argument("dirs", type=Path, nargs="+")
+    mrg.add_argument("--commit", help="the commit the parts ran (where their copy of the tree had no history)")
     args = ap.parse_args()
     if args.command == "report":
         return report(args.dir)
+    if args.command == "merge":
+        return merge(args.out, args.dirs, args.commit)
     parts, systems = args.parts.split(","), args.systems.split(",")
     for x in parts:
         if x not in PARTS:

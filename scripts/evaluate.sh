@@ -4,7 +4,7 @@
 # results.json, PNG plots and report.md. Without a GPU only the CPU systems run.
 #
 #   scripts/evaluate.sh --quick                       (minutes; CPU-only on a machine without a GPU)
-#   scripts/evaluate.sh --out bench/results/NAME      (the medium size: about 10 minutes on the H100)
+#   scripts/evaluate.sh --out bench/results/NAME      (the medium size: about 12 minutes on the H100)
 #   scripts/evaluate.sh --size paper --parts micro    (the paper's sizes, one part at a time)
 #
 # On a machine without the internet (the lent GPU machine) call bench/evaluate.py directly.
@@ -13,6 +13,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${GPHASH_BUILD_DIR:-$root/build}
 GPHASH_DEPS_EXTRA="python3-matplotlib ${GPHASH_DEPS_EXTRA:-}" "$root/scripts/deps.sh"
 "$root/scripts/build.sh" >/dev/null
+# HierarchicalKV is a peer, downloaded and built now, never committed; without it its systems are skipped.
+if command -v nvcc >/dev/null && command -v nvidia-smi >/dev/null; then
+  "$root/scripts/peers/hkv.sh" >/dev/null 2>&1 || echo "evaluate: scripts/peers/hkv.sh failed: HierarchicalKV is skipped"
+fi
 args=()
 out=$build/evaluation
 while [[ $# -gt 0 ]]; do
