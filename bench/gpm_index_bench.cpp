@@ -369,10 +369,7 @@ json run(const Spec& g) {
   json rows = json::array();
   uint64_t records_now = 0;
   bool wrong = false;
-  for (size_t pos = 0; pos <= g.workloads.size();) {
-    const size_t comma = std::min(g.workloads.find(',', pos), g.workloads.size());
-    const workload::Workload w = workload::parse_workload(g.workloads.substr(pos, comma - pos));
-    pos = comma + 1;
+  for (const workload::Workload w : workload::parse_workload_list(g.workloads)) {
     // As gpu_bench: LOAD inserts --records, the others see the records that exist; seed = row + 1.
     workload::WorkloadSpec spec{w, w == workload::Workload::Load ? g.records : records_now, g.operations, std::nullopt,
                                 g.theta, 1 + rows.size()};

@@ -544,10 +544,7 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
   uint64_t records_now = 0;
   PcieCounter pcie;
   const std::string name = cpu_assisted ? "cpu-assisted " + g.index : "gpu " + g.placement;
-  for (size_t pos = 0; pos <= g.workloads.size();) {
-    const size_t comma = std::min(g.workloads.find(',', pos), g.workloads.size());
-    const workload::Workload w = workload::parse_workload(g.workloads.substr(pos, comma - pos));
-    pos = comma + 1;
+  for (const workload::Workload w : workload::parse_workload_list(g.workloads)) {
     workload::WorkloadSpec spec{w, w == workload::Workload::Load ? g.records : records_now, g.operations, std::nullopt,
                                 g.theta, 1 + rows.size()};
     if (!g.distribution.empty()) spec.distribution = workload::parse_distribution(g.distribution);

@@ -273,16 +273,10 @@ Config parse_args(int argc, char** argv) {
     throw ArgError("--slots must be a power of two >= 128 (HKV's bucket size)");
   }
   if (c.operations == 0) c.operations = c.records;
-  std::string_view list = c.workloads_text;
-  while (true) {
-    const size_t comma = std::min(list.find(','), list.size());
-    try {
-      c.workloads.push_back(wl::parse_workload(list.substr(0, comma)));
-    } catch (const std::invalid_argument& e) {
-      throw ArgError(e.what());
-    }
-    if (comma == list.size()) break;
-    list = list.substr(comma + 1);
+  try {
+    c.workloads = wl::parse_workload_list(c.workloads_text);
+  } catch (const std::invalid_argument& e) {
+    throw ArgError(e.what());
   }
   const bool has_d = std::find(c.workloads.begin(), c.workloads.end(), wl::Workload::D) != c.workloads.end();
   if (c.capacity == 0) c.capacity = c.records + (has_d ? c.operations / 16 : 0);

@@ -326,16 +326,11 @@ uint64_t estimated_pool_bytes(const TableConfig& c, uint64_t records) {
 int cmd_bench(std::string pool, const PoolConfigFlags& cfg, bool capacity_given, const EngineFlags& eng, WorkloadFlags wl,
               const std::string& workloads, bool progress, const std::string& json_path) {
   if (wl.records == 0) wl.records = 10'000'000;
-  std::vector<workload::Workload> list;
-  for (size_t pos = 0; pos <= workloads.size();) {
-    size_t comma = workloads.find(',', pos);
-    if (comma == std::string::npos) comma = workloads.size();
-    if (!list.empty() && list.back() == workload::Workload::Delete)
+  const std::vector<workload::Workload> list = workload::parse_workload_list(workloads);
+  for (size_t i = 0; i + 1 < list.size(); ++i)
+    if (list[i] == workload::Workload::Delete)
       throw Error(ErrorCode::kInvalidArgument, "bench: delete must come last in --workloads (it removes records "
                                                "the other workloads would look for)");
-    list.push_back(workload::parse_workload(workloads.substr(pos, comma - pos)));
-    pos = comma + 1;
-  }
   TableConfig config = config_of(cfg);
   // Unless told otherwise, start small: the load crosses several resizes.
   if (!capacity_given) config.capacity = std::max<uint64_t>(1024, wl.records / 16);

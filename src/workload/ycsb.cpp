@@ -132,6 +132,16 @@ Workload parse_workload(std::string_view text) {
                               "dlrm, pagerank");
 }
 
+std::vector<Workload> parse_workload_list(std::string_view text) {
+  std::vector<Workload> list;
+  for (size_t pos = 0; pos <= text.size();) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    list.push_back(parse_workload(text.substr(pos, comma - pos)));
+    pos = comma + 1;
+  }
+  return list;
+}
+
 KeyDistribution parse_distribution(std::string_view text) {
   const std::string key = lower_case(text);
   for (const KeyDistribution d : {KeyDistribution::Uniform, KeyDistribution::Zipfian,

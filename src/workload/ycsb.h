@@ -76,6 +76,8 @@ std::string_view name(OpType type);
 // Case-insensitive. Throws std::invalid_argument naming the accepted values; for "e" the
 // message explains that range scans do not apply to a hash index.
 Workload parse_workload(std::string_view text);
+// A comma-separated list of workloads, in order ("load,c,a"), each parsed by parse_workload.
+std::vector<Workload> parse_workload_list(std::string_view text);
 // Case-insensitive. Throws std::invalid_argument naming the accepted values.
 KeyDistribution parse_distribution(std::string_view text);
 
