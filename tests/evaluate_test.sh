@@ -33,5 +33,17 @@ try:
         assert (out / png).stat().st_size > 10_000, png
 except ImportError:
     print("evaluate_test: matplotlib missing here, plots not checked")
+PY
+# A run split into parts (as on a machine with a time limit per call) merges into one report.
+python3 "$(dirname "$0")/../bench/evaluate.py" run --build-dir "$build" --out "$out/second" --size quick \
+  --parts traces --systems cpu-gphash --pool-dir "$pools" >/dev/null
+python3 "$(dirname "$0")/../bench/evaluate.py" merge "$out/merged" "$out" "$out/second" --commit abc1234 >/dev/null
+python3 - "$out/merged" <<'PY'
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+doc = json.loads((out / "results.json").read_text())
+assert len(doc["runs"]) == 8 and len(doc["parts"]) == 2, (len(doc["runs"]), doc.get("parts"))
+assert all(p["commit"] == "abc1234" for p in doc["parts"]) and doc["environment"]["commit"] == "abc1234"
+assert "Run in 2 parts, merged" in (out / "report.md").read_text()
 print("evaluate_test: ok")
 PY
