@@ -370,14 +370,17 @@ def report(out: Path):
         if plt:
             fig, ax = plt.subplots(figsize=(11, 4.5))
             width = 0.8 / len(entries)
+            colors = plt.get_cmap("tab20").colors  # one colour per system, up to 20 of them
             for i, e in enumerate(entries):
                 ys = [mops((result(e, w) or {}).get("ops_per_second", 0)) for w in workloads]
-                ax.bar([j + i * width for j in range(len(workloads))], ys, width, label=e["system"])
+                ax.bar([j + i * width for j in range(len(workloads))], ys, width, label=e["system"],
+                       color=colors[i % len(colors)])
             ax.set_xticks([j + 0.4 - width / 2 for j in range(len(workloads))], workloads)
-            ax.set_ylabel("M operations/s (end to end)")
+            ax.set_yscale("log")  # the systems span three orders of magnitude
+            ax.set_ylabel("M operations/s (end to end, log scale)")
             ax.set_title(f"{title} — {env.get('gpu', 'CPU only')}")
-            ax.legend(fontsize=8, ncol=3)
-            ax.grid(axis="y", alpha=0.3)
+            ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.08))
+            ax.grid(axis="y", alpha=0.3, which="both")
             save(fig, fname, title)
 
     bars("micro", MICRO, 8, "Micro-benchmarks, 8-byte keys", "micro_k8.png")
