@@ -106,8 +106,9 @@ class Table:
         """Creates a pool ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path).
 
         ``shards=[0, 1]`` shards the table over GPUs 0 and 1 (one pool per entry, NAME.shard<k>;
-        ``[0, 0]``: two shards on GPU 0; the CPU engine uses only the count). A sharded table
-        takes host arrays only (NumPy, CPU tensors)."""
+        ``[0, 0]``: two shards on GPU 0; the CPU engine uses only the count). With the GPU engine,
+        CUDA tensors are routed on their own GPU and each shard's part reaches its GPU by a peer
+        copy; such a batch runs before the call returns."""
         return cls(_gphash.Table.create(pool, key_width, value_width, capacity, shape, hash_seed,
                                         engine, placement, replace, threads, list(shards or [])))
 

@@ -8,27 +8,18 @@
 #include <exception>
 #include <random>
 
-#include "format/hash.h"
+#include "format/shard_of.h"
 #include "table/table_impl.h"
 #if GPHASH_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "engines/gpu/cuda_util.h"
+#include "engines/gpu/shard_route.h"
 #endif
 
 namespace gphash {
 
-uint32_t shard_of(const void* key, uint32_t key_width, uint32_t n) {
-  // The fixed-width forms equal XXH64 bit for bit (tests/hash_test) and are twice as fast; keys
-  // of a batch are 8-byte aligned (validate_batch).
-  const auto* words = static_cast<const uint64_t*>(key);
-  uint64_t h;
-  switch (key_width) {
-    case 8: h = format::xxh64_words<1>(words, kShardSeed); break;
-    case 16: h = format::xxh64_words<2>(words, kShardSeed); break;
-    case 32: h = format::xxh64_words<4>(words, kShardSeed); break;
-    default: h = format::xxh64(key, key_width, kShardSeed); break;
-  }
-  return static_cast<uint32_t>(((h >> 32) * n) >> 32);
-}
+uint32_t shard_of(const void* key, uint32_t key_width, uint32_t n) { return format::shard_of(key, key_width, n); }
 
 std::string shard_pool(const std::string& pool, uint32_t k) {
   if (pool == "mem:" || pool == "mem") return "mem:";
@@ -110,6 +101,65 @@ void ShardWorker::run(std::optional<int> gpu) {
   }
 }
 
+// ---- the arrays of device batches -----------------------------------------------------------------
+
+#if GPHASH_HAVE_CUDA
+struct ShardSet::PeerStage {
+  engine::gpu::DeviceBuffer<std::byte> keys, values, values_out;
+  engine::gpu::DeviceBuffer<Op> ops;
+  engine::gpu::DeviceBuffer<OpStatus> status;
+  engine::gpu::Stream stream;
+};
+struct ShardSet::DeviceRouting {
+  int device = -1;
+  engine::gpu::DeviceRouter router;
+  engine::gpu::Stream stream;
+};
+
+namespace {
+
+// Makes `device` current on the calling thread for its lifetime (the caller's own stays as it was).
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int device) {
+    GPHASH_CUDA(cudaGetDevice(&saved_));
+    if (device != saved_) GPHASH_CUDA(cudaSetDevice(device));
+  }
+  ~CurrentDevice() { cudaSetDevice(saved_); }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
+// Lets the current GPU, `self`, reach the others' memory directly (NVLink or PCIe peer to peer)
+// where the hardware can, so peer copies need no staging through the host.
+void enable_peer_access(int self, const std::vector<int>& others) {
+  for (int other : others) {
+    int can = 0;
+    if (other == self || cudaDeviceCanAccessPeer(&can, self, other) != cudaSuccess || !can) continue;
+    const cudaError_t err = cudaDeviceEnablePeerAccess(other, 0);
+    if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+    else GPHASH_CUDA(err);
+  }
+}
+
+int device_of(const void* p) {
+  cudaPointerAttributes a{};
+  GPHASH_CUDA(cudaPointerGetAttributes(&a, p));
+  if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+    throw Error(ErrorCode::kInvalidArgument, "a batch marked MemorySpace::kDevice has its keys outside GPU memory",
+                "memory");
+  return a.device;
+}
+
+}  // namespace
+#else
+struct ShardSet::PeerStage {};
+struct ShardSet::DeviceRouting {};
+#endif
+
 // ---- opening -----------------------------------------------------------------------------------
 
 namespace {
@@ -145,7 +195,16 @@ ShardSet::ShardSet(std::string pool, const OpenOptions& options) : pool_(std::mo
 
 ShardSet::~ShardSet() {
   try {
-    on_each([](uint32_t, std::optional<Table>& t) { t.reset(); });  // each closes on its own GPU
+    on_each([this](uint32_t k, std::optional<Table>& t) {  // each closes on its own GPU
+      t.reset();
+      shards_[k].peer.reset();
+    });
+#if GPHASH_HAVE_CUDA
+    if (routing_) {
+      CurrentDevice current(routing_->device);
+      routing_.reset();
+    }
+#endif
   } catch (...) {
     // A shard that cannot close cleanly stays marked dirty: its next open recovers it.
   }
@@ -232,14 +291,16 @@ std::unique_ptr<Table::Impl> ShardSet::open(const std::string& pool, const OpenO
 // ---- batches -----------------------------------------------------------------------------------
 
 void ShardSet::execute(const Batch& b) {
-  if (b.memory != MemorySpace::kHost)
-    throw Error(ErrorCode::kInvalidArgument,
-                "a sharded table takes batches in host memory (each shard's engine copies its part to its GPU)");
   {
     const Table::Impl& first = *shards_[0].table->impl_;
     first.check_usable();
     validate_batch(b, first.pool->header(), *first.pool, first.options);  // the whole batch, before any shard runs
   }
+  if (b.memory == MemorySpace::kDevice) execute_on_device(b);  // the GPU engine: validate_batch checked
+  else execute_on_host(b);
+}
+
+void ShardSet::execute_on_host(const Batch& b) {
   const uint32_t n = count();
   if (n == 1) {
     shards_[0].worker->submit([&] { shards_[0].table->execute(b); }).get();
@@ -313,6 +374,87 @@ void ShardSet::execute(const Batch& b) {
     }
   });
 }
+
+#if GPHASH_HAVE_CUDA
+void ShardSet::execute_on_device(const Batch& b) {
+  std::lock_guard lock(device_batches_);
+  const int home = device_of(b.keys);
+  const uint32_t n = count();
+  if (n == 1 && options_.shards[0] == home) {
+    shards_[0].worker->submit([&] { shards_[0].table->execute(b); }).get();
+    return;
+  }
+  CurrentDevice current(home);
+  if (!routing_ || routing_->device != home) {
+    routing_.reset();
+    routing_ = std::make_unique<DeviceRouting>();
+    routing_->device = home;
+    enable_peer_access(home, options_.shards);
+  }
+  engine::gpu::DeviceRouter& router = routing_->router;
+  const engine::gpu::Routes routes = router.route(b, n, routing_->stream);
+  const std::vector<size_t>& begin = routes.begin;
+  const uint32_t kw = b.key_width, vw = b.value_width;
+  on_each([&](uint32_t k, std::optional<Table>& table) {
+    const size_t from = begin[k], m = begin[k + 1] - begin[k];
+    if (m == 0) return;
+    Batch sub = b;
+    sub.size = m;
+    sub.keys = router.keys() + from * kw;
+    sub.values = b.values ? router.values() + from * vw : nullptr;
+    sub.values_out = b.values_out ? router.values_out() + from * vw : nullptr;
+    sub.ops = b.ops ? router.ops() + from : nullptr;
+    sub.status = router.status() + from;
+    const int gpu = options_.shards[k];
+    if (gpu == home) {  // its part is already on its GPU
+      table->execute(sub);
+      return;
+    }
+    // Its part to its GPU and its results back: peer copies, on the shard's own stream.
+    if (!shards_[k].peer) {
+      enable_peer_access(gpu, {home});
+      shards_[k].peer = std::make_unique<PeerStage>();
+    }
+    PeerStage& p = *shards_[k].peer;
+    const auto copy = [&](void* to, int to_device, const void* from_ptr, int from_device, size_t bytes) {
+      GPHASH_CUDA(cudaMemcpyPeerAsync(to, to_device, from_ptr, from_device, bytes, p.stream));
+    };
+    p.keys.reserve(m * kw), p.status.reserve(m);
+    copy(p.keys.get(), gpu, sub.keys, home, m * kw);
+    sub.keys = p.keys.get();
+    // Values go over only for parts with inserts or updates (none for YCSB C), and come back only
+    // for parts with searches (none for a LOAD). An unread array is still given, as a mixed batch
+    // in GPU memory needs one.
+    if (sub.values) {
+      const bool read = routes.value_inputs[k] != 0;
+      p.values.reserve(read ? m * vw : vw);
+      if (read) copy(p.values.get(), gpu, sub.values, home, m * vw);
+      sub.values = p.values.get();
+    }
+    if (sub.values_out) {
+      p.values_out.reserve(m * vw);
+      sub.values_out = p.values_out.get();
+    }
+    if (sub.ops) {
+      p.ops.reserve(m);
+      copy(p.ops.get(), gpu, sub.ops, home, m);
+      sub.ops = p.ops.get();
+    }
+    sub.status = p.status.get();
+    GPHASH_CUDA(cudaStreamSynchronize(p.stream));  // the engine runs on a stream of its own
+    table->execute(sub);
+    copy(router.status() + from, home, p.status.get(), gpu, m);
+    if (b.values_out && routes.searches[k]) copy(router.values_out() + from * vw, home, p.values_out.get(), gpu, m * vw);
+    GPHASH_CUDA(cudaStreamSynchronize(p.stream));
+  });
+  router.scatter(b, routing_->stream);
+  GPHASH_CUDA(cudaStreamSynchronize(routing_->stream));
+}
+#else
+void ShardSet::execute_on_device(const Batch&) {
+  throw Error(ErrorCode::kNoGpu, "this build has no CUDA: batches in GPU memory need the GPU engine", "memory");
+}
+#endif
 
 // ---- everything else, shard by shard ------------------------------------------------------------
 

@@ -3,22 +3,22 @@
 // routes every operation to the shard of its key and gathers the results in batch order. Internal:
 // users see a Table.
 //
-// Routing. The shard of a key is the high 32 bits of XXH64(key, kShardSeed) scaled to n
-// (multiply-shift: (h >> 32) * n >> 32). Every hash a table computes (bucket, tag, the candidate
-// levels) is XXH64 keyed by seeds derived from its pool's random hash_seed, so routing with a
-// fixed, different seed is independent of the in-table bits: every shard still sees keys whose
-// in-table hashes are uniform. The seed is fixed, not per table, so every process and every open
-// routes a key to the same shard.
+// Routing: format::shard_of (src/format/shard_of.h), a hash of the key under a fixed seed, the
+// same in every process and on host and device.
 //
 // Semantics. A key always goes to one shard, and each shard gets its entries in batch order, so
 // the operations on one key still take effect in batch order (gphash/ops.h): a batch on a sharded
 // table gives exactly the results it gives on one table. Writing batches hold the whole set (one
 // at a time, as on one table); searching batches may run together.
 //
-// Inputs and outputs are host arrays: each worker gathers its shard's entries from the caller's
-// arrays and scatters its results back into them, so no peer copies between GPUs are needed (each
-// GPU engine copies its own sub-batch over PCIe, as for one table). Batches in GPU memory
-// (execute_async, device sessions) are refused on a sharded table.
+// Batches in host memory: the calling thread routes, each worker gathers its shard's entries
+// from the caller's arrays and scatters its results back (each GPU engine copies its own
+// sub-batch over PCIe, as for one table). Batches in GPU memory stay on the GPUs: the GPU holding
+// the batch routes it (engine::gpu::DeviceRouter, a kernel and a radix sort), each shard on
+// another GPU gets its part by a peer copy (NVLink where there is one) and returns its results
+// the same way, and the routing GPU scatters them into the batch's arrays in batch order. Device
+// batches on a sharded table run one at a time and synchronously (execute_async returns a
+// completed event); device sessions need one table and are refused.
 //
 // Recovery and resizing are per shard (each shard's open recovers its pool; each grows on its
 // own). A failed call on one shard leaves the others as they are: as on one table, a batch cut
@@ -40,8 +40,6 @@
 #include "gphash/table.h"
 
 namespace gphash {
-
-inline constexpr uint64_t kShardSeed = 0x5348415244534554ull;  // "SHARDSET"
 
 // The shard (0 .. n-1) of a key of `key_width` bytes.
 uint32_t shard_of(const void* key, uint32_t key_width, uint32_t n);
@@ -95,17 +93,24 @@ class ShardSet {
   Table& shard(uint32_t k) { return *shards_[k].table; }
 
  private:
+  struct PeerStage;  // a shard's arrays on its GPU for device batches routed on another GPU
+  struct DeviceRouting;  // the routing of device batches, on the GPU that holds them
   struct Shard {
     std::unique_ptr<ShardWorker> worker;  // declared first: destroyed last, after the table
     std::optional<Table> table;
+    std::unique_ptr<PeerStage> peer;  // made and released on the worker (its GPU current)
   };
   ShardSet(std::string pool, const OpenOptions& options);
   // Runs f(k, table of shard k) on every shard's worker at once and waits for all; then rethrows
   // the first failure (a kShardMismatch before any other, so a wrong count reads as such).
   void on_each(const std::function<void(uint32_t, std::optional<Table>&)>& f);
+  void execute_on_host(const Batch& b);
+  void execute_on_device(const Batch& b);
   std::string pool_;
   OpenOptions options_;
   std::vector<Shard> shards_;
+  std::mutex device_batches_;  // device batches run one at a time: they share the routing arrays
+  std::unique_ptr<DeviceRouting> routing_;
 };
 
 }  // namespace gphash

@@ -24,6 +24,8 @@
 #include "table/shard_set.h"
 #include "table/table_impl.h"
 #if GPHASH_HAVE_CUDA
+#include <cuda_runtime.h>
+
 #include "engines/gpu/gpu_engine.h"
 #endif
 
@@ -331,11 +333,14 @@ BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
   impl_->check_usable();
   if (b.size == 0) return {};
   if (impl_->shards) {
-    if (b.memory == MemorySpace::kDevice)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "a sharded table takes batches in host memory only: use execute (execute_async with GPU arrays needs "
-                  "one table)");
-    execute(b);  // host arrays: run before returning, as the CPU engine does
+    // Run before returning, as the CPU engine does: a sharded table's batch spans several GPUs'
+    // streams. A batch in GPU memory comes after the work already on `stream`.
+#if GPHASH_HAVE_CUDA
+    if (b.memory == MemorySpace::kDevice && cudaStreamSynchronize(stream) != cudaSuccess)
+      throw Error(ErrorCode::kCuda, std::string("the batch's stream failed before it: ") +
+                                        cudaGetErrorString(cudaGetLastError()));
+#endif
+    execute(b);
     return {};
   }
   if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
