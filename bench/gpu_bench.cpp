@@ -35,6 +35,7 @@
 #include "pcie_counter.h"
 #include "gphash/table.h"
 #include "workload/records.h"
+#include "cli.h"
 #include "ycsb_runner.h"
 
 extern char** environ;
@@ -489,6 +490,7 @@ class GpuBatchExecutor {
 struct GpuBatchesSpec {
   std::string engine = "gpu", index = "gphash", placement = "mapped", cache = "off", cache_values = "on", kernels = "warp";
   std::string shape = "2L-2H-8S", distribution;  // distribution: empty = the workload's default
+  std::string devices;  // a sharded table over these GPUs (--devices 0,1); empty: one table on GPU 0
   double cache_fraction = 0.2, theta = 0.99;
   uint64_t records = 0, operations = 0, capacity = 0;
   size_t batch = 0;
@@ -508,6 +510,7 @@ OpenOptions options_of(const GpuBatchesSpec& g) {
     o.cache.fraction = g.cache_fraction;
     o.cache.values = g.cache_values == "on";
   }  // else the CPU engine on all cores
+  if (!g.devices.empty()) o.shards = cli::shard_list(0, g.devices);
   o.replace = true;
   return o;
 }
@@ -592,9 +595,11 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                   {"displacements", r.displacements}});
     rows.push_back(row);
   }
+  const uint32_t shards = t.info().shard_count;
   t.close();
   std::remove(pool.c_str());
-  return {{"engine", g.engine}, {"index", g.index}, {"placement", g.placement}, {"records", g.records},
+  for (uint32_t k = 0; k < shards; ++k) std::remove(fmt::format("{}.shard{}", pool, k).c_str());
+  return {{"engine", g.engine}, {"index", g.index}, {"placement", g.placement}, {"devices", g.devices}, {"records", g.records},
           {"batch", g.batch}, {"key_width", g.key_width}, {"value_width", g.value_width},
           {"threads", std::thread::hardware_concurrency()}, {"results", rows}};
 }
@@ -681,6 +686,7 @@ int main(int argc, char** argv) {
   g->add_option("--cache", gb.cache)->check(CLI::IsMember({"off", "lfu", "lru", "random"}));
   g->add_option("--cache-values", gb.cache_values)->check(CLI::IsMember({"on", "off"}));
   g->add_option("--cache-fraction", gb.cache_fraction);
+  g->add_option("--devices", gb.devices, "GPU engine: shard the table over these GPUs (e.g. 0,1); batches stay on GPU 0");
   g->add_option("--kernels", gb.kernels)->check(CLI::IsMember({"warp", "warp-direct", "thread"}));
   g->add_option("--workloads", gb.workloads)->capture_default_str();
   g->add_option("--shape", gb.shape)->capture_default_str();

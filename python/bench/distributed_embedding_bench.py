@@ -8,7 +8,7 @@ all ranks per second of the slowest rank's timed loop.
     python python/bench/distributed_embedding_bench.py --backend gloo --engine cpu --worlds 1,2 \\
         --rows 100000 --iters 5                                         # a smoke test on the CPU
 
-Nothing here has run on more than one GPU yet (none lent): no scaling figure exists.
+After the timed loop every rank checks each of its batches' rows against the rows inserted.
 """
 import argparse
 import json
@@ -29,6 +29,11 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _rows_of(ids, dim):
+    """The row inserted for each ID: small integers over 8, exact in float32."""
+    return ((ids.to(torch.int64)[:, None] * 7 + torch.arange(dim)) % 1000).to(torch.float32) / 8
+
+
 def _rank(rank, world, port, a, results):
     dist.init_process_group(a.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     gpu = a.backend == "nccl"
@@ -43,7 +48,7 @@ def _rank(rank, world, port, a, results):
     for c in range(-(-per // chunk)):  # a collective: every rank the same number of times
         start = rank * per + c * chunk
         ids = torch.arange(start, max(start, min(start + chunk, (rank + 1) * per, a.rows)), dtype=torch.int64)
-        table.insert_or_assign(ids.to(device), torch.randn(len(ids), a.dim).to(device))
+        table.insert_or_assign(ids.to(device), _rows_of(ids, a.dim).to(device))
     g = torch.Generator().manual_seed(rank)
     batches = [torch.randint(0, a.rows, (a.batch,), generator=g).to(device) for _ in range(4)]
     for i in range(a.warmup):
@@ -58,8 +63,15 @@ def _rank(rank, world, port, a, results):
         torch.cuda.synchronize()
     seconds = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
     dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+    # Every row a lookup returned is the row inserted for its ID (a wrong route would show here).
+    wrong = torch.tensor([0], dtype=torch.int64, device=device)
+    for ids in batches:
+        got = table.lookup(ids)
+        wrong += (got.cpu() != _rows_of(ids.cpu(), a.dim)).any(dim=1).sum()
+    dist.all_reduce(wrong)
     if rank == 0:
         results[world] = a.iters * a.batch * world / seconds.item()
+        results[f"wrong{world}"] = int(wrong.item())
     table.close()
     dist.barrier()  # then rank 0 removes the pools of this run
     if rank == 0:
@@ -94,9 +106,11 @@ def main():
     for world in worlds:
         mp.spawn(_rank, args=(world, _free_port(), a, results), nprocs=world, join=True)
         print(f"{world} rank(s): {results[world] / 1e6:.2f} M lookups/s "
-              f"(x{results[world] / results[worlds[0]]:.2f} of {worlds[0]})", flush=True)
+              f"(x{results[world] / results[worlds[0]]:.2f} of {worlds[0]}); "
+              f"wrong rows in {4 * a.batch * world} checked: {results[f'wrong{world}']}", flush=True)
     out = {"backend": a.backend, "engine": a.engine, "rows": a.rows, "dim": a.dim, "batch": a.batch,
-           "lookups_per_second": {str(w): results[w] for w in worlds}}
+           "lookups_per_second": {str(w): results[w] for w in worlds},
+           "wrong_rows": {str(w): results[f"wrong{w}"] for w in worlds}}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=2)
