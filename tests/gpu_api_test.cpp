@@ -369,6 +369,16 @@ TEST(ValueChecksums, GpuReadsVerifyAndExportsLeaveDamagedValuesOut) {
   const auto runs = run(t, Op::kSearch, {damaged, damaged, damaged, 5}, &out);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(runs[i], OpStatus::kCorruptValue);
   EXPECT_EQ(runs[3], OpStatus::kOk);
+  // A run longer than a warp: later searches copy the first answer, and keep its verdict.
+  std::vector<uint64_t> long_runs(200, damaged);
+  long_runs.insert(long_runs.end(), 200, 5);
+  const auto long_status = run(t, Op::kSearch, long_runs, &out);
+  for (size_t i = 0; i < long_runs.size(); ++i) {
+    EXPECT_EQ(long_status[i], long_runs[i] == damaged ? OpStatus::kCorruptValue : OpStatus::kOk) << i;
+    if (long_runs[i] == 5) {
+      EXPECT_EQ(out.substr(i * 40, 40), value_for(5, 40)) << i;
+    }
+  }
   ExportCursor cursor;
   std::vector<uint64_t> keys(4096);
   std::vector<std::byte> values(4096 * 40);
