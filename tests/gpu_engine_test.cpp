@@ -240,6 +240,65 @@ TEST(GpuEngine, BatchesInGpuMemoryGiveTheSameResults) {
   cudaFree(dkeys), cudaFree(dvalues), cudaFree(dout), cudaFree(dstatus);
 }
 
+// Mixed batches in GPU memory (ops the host never reads) with a hot key: those that only search
+// run unplanned in a GPU-memory table, those that write keep per-key order; both match the model.
+TEST(GpuEngine, HotKeyBatchesInGpuMemoryMatchTheModel) {
+  REQUIRE_GPU();
+  for (Placement placement : {Placement::kGpuMemory, Placement::kHostMapped}) {
+    TempPool pool("device-hot");
+    Table t = Table::create(pool.path(), {8, 24, {2, 2, 8}, 1 << 14, 5}, gpu(placement));
+    const size_t n = 60000;
+    std::mt19937_64 rng(11);
+    Model model;
+    uint64_t* dkeys;
+    char *dvalues, *dout;
+    Op* dops;
+    OpStatus* dstatus;
+    ASSERT_EQ(cudaMalloc(&dkeys, n * 8), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dvalues, n * 24), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dout, n * 24), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dops, n), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dstatus, n), cudaSuccess);
+    for (int round = 0; round < 6; ++round) {
+      const bool searches_only = round % 2 == 1;
+      std::vector<uint64_t> keys(n);
+      std::vector<Op> ops(n);
+      const std::string values = random_bytes(rng, n * 24);
+      for (size_t i = 0; i < n; ++i) {
+        keys[i] = rng() % 2 ? 7 : 100 + rng() % 3000;  // half of them one key
+        ops[i] = searches_only ? Op::kSearch : static_cast<Op>(rng() % 5);
+      }
+      cudaMemcpy(dkeys, keys.data(), n * 8, cudaMemcpyHostToDevice);
+      cudaMemcpy(dvalues, values.data(), n * 24, cudaMemcpyHostToDevice);
+      cudaMemcpy(dops, ops.data(), n, cudaMemcpyHostToDevice);
+      Batch b;
+      b.size = n;
+      b.key_width = 8;
+      b.value_width = 24;
+      b.ops = dops;
+      b.keys = dkeys;
+      b.values = dvalues;
+      b.values_out = dout;
+      b.status = dstatus;
+      b.memory = MemorySpace::kDevice;
+      t.execute(b);
+      std::string out(n * 24, '\0');
+      std::vector<OpStatus> status(n);
+      cudaMemcpy(out.data(), dout, out.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
+      for (size_t i = 0; i < n; ++i) {
+        std::string key(reinterpret_cast<const char*>(&keys[i]), 8), found;
+        ASSERT_EQ(status[i], model.apply(ops[i], key, values.substr(i * 24, 24), &found)) << round << " " << i;
+        if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
+          ASSERT_TRUE(out.substr(i * 24, 24) == found) << "value differs at " << i << " in round " << round;
+        }
+      }
+      ASSERT_EQ(t.size(), model.size());
+    }
+    cudaFree(dkeys), cudaFree(dvalues), cudaFree(dout), cudaFree(dops), cudaFree(dstatus);
+  }
+}
+
 TEST(GpuEngine, PoolOnARegularFileIsRefusedWithAReason) {
   REQUIRE_GPU();
   const std::string path = ::testing::TempDir() + "gphash-gpu-file-pool";

@@ -58,6 +58,18 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+namespace {
+
+// A batch of searches only needs no plan in GPU memory (searches of one key commute): unless
+// *writes, every plan position becomes a run of its own, so a Zipf-hot key's searches spread over
+// all warps instead of one warp walking them all.
+__global__ void unplan_searches_kernel(uint32_t* sort_keys, size_t n, const uint32_t* writes) {
+  const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i < n && *writes == 0) sort_keys[i] = static_cast<uint32_t>(i);
+}
+
+}  // namespace
+
 // The completion of one batch or device session.
 class GpuCompletion final : public Completion {
  public:
@@ -573,7 +585,8 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaEventRecord(start_, stream));
     // Writing batches are always planned (per-key order). Searching batches too when the table is
     // host-mapped: there combining a Zipf-hot key's reads into one PCIe access is worth the sort;
-    // in GPU memory the sort would cost more than it saves.
+    // in GPU memory the sort would cost more than it saves. (A batch in GPU memory whose ops the
+    // host does not read is planned, and unplanned on the device if it only searches: plan().)
     if (!search_only || !gpu_memory_) plan(bv, stream);
     GPHASH_CUDA(cudaEventRecord(planned_, stream));
     launch_batch(bv, stream);
@@ -776,7 +789,12 @@ class GpuEngine final : public Engine {
   void plan(BatchView& bv, cudaStream_t stream) {
     const size_t n = bv.n;
     prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
-    plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get());
+    // In GPU memory a batch of searches runs unplanned (launch_parallel_pass). A mixed batch in
+    // GPU memory may be one without the host knowing: the device decides, after the sort.
+    const bool ops_unread = gpu_memory_ && bv.ops;
+    if (ops_unread) GPHASH_CUDA(cudaMemsetAsync(plan_writes_.get(), 0, sizeof(uint32_t), stream));
+    plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops,
+                                                      ops_unread ? plan_writes_.get() : nullptr);
     GPHASH_CUDA(cudaGetLastError());
     size_t temp = 0;
     GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
@@ -784,6 +802,10 @@ class GpuEngine final : public Engine {
     sort_temp_.reserve(temp);
     GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
                                                 index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, stream));
+    if (ops_unread) {
+      unplan_searches_kernel<<<blocks_for(n), kBlock, 0, stream>>>(prefix_out_.get(), n, plan_writes_.get());
+      GPHASH_CUDA(cudaGetLastError());
+    }
     bv.sort_keys = prefix_out_.get();
     bv.perm = index_out_.get();
   }
@@ -1126,6 +1148,7 @@ class GpuEngine final : public Engine {
   DeviceBuffer<std::byte> device_in_, device_out_;
   DeviceBuffer<uint8_t> ops_, status_;
   DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
+  DeviceBuffer<uint32_t> plan_writes_{1};  // plan(): whether a batch in GPU memory writes
 #if GPHASH_CRASH_POINTS
   DeviceBuffer<CrashCountdown> countdown_;
 #endif

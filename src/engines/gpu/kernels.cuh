@@ -107,8 +107,13 @@ __global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_const
 // half of the first hash, which no bucket index uses: sorting by bucket bits instead would give
 // the lanes of a warp neighbouring buckets, and their inserts would race for the same slots.
 template <class T>
-__global__ void plan_kernel(const __grid_constant__ T t, const uint64_t* keys, size_t n, uint32_t* prefix, uint32_t* index) {
+__global__ void plan_kernel(const __grid_constant__ T t, const uint64_t* keys, size_t n, uint32_t* prefix, uint32_t* index,
+                            const uint8_t* ops, uint32_t* writes) {
   const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  // With `writes`: whether `ops` (a batch in GPU memory, never read by the host) holds anything but
+  // searches, an unknown op included.
+  if (writes && __any_sync(kFullMask, i < n && ops[i] != static_cast<uint8_t>(Op::kSearch)) && (threadIdx.x & 31) == 0)
+    atomicOr(writes, 1u);
   if (i >= n) return;
   uint64_t key[T::kKeyWords];
 #pragma unroll
