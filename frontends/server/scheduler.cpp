@@ -72,38 +72,66 @@ void Scheduler::run() {
   }
 }
 
-// Runs rounds while they are due (called with the lock held; returns with it held). Results for
-// `self`'s connections go to `own_done`, the others' to their workers.
+// Runs rounds while they are due (called with the lock held; returns with it held), and when none
+// is due, writes the last round's index changes alone, so nothing waits once the queue is empty.
+// Results for `self`'s connections go to `own_done`, the others' to their workers.
 void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done) {
   running_ = true;
-  while (due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty())) {
-    const bool by_size = queued_commands_ >= threshold_;
-    const auto arrived = first_arrival_;
-    round_.swap(queue_);  // Mega-KV's buffer swap: receivers fill a fresh queue meanwhile
-    queued_commands_ = 0;
-    lock.unlock();
-    const auto start = std::chrono::steady_clock::now();
-    execute_round(self, own_done);
-    stats_.rounds++;
-    (by_size ? stats_.by_size : stats_.by_period)++;
-    stats_.wait_ns += ns_between(arrived, start);
-    stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
-    lock.lock();
+  for (;;) {
+    if (due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty())) {
+      const bool by_size = queued_commands_ >= threshold_;
+      const auto arrived = first_arrival_;
+      round_.swap(queue_);  // Mega-KV's buffer swap: receivers fill a fresh queue meanwhile
+      queued_commands_ = 0;
+      lock.unlock();
+      const auto start = std::chrono::steady_clock::now();
+      execute_round(self, own_done);
+      stats_.rounds++;
+      (by_size ? stats_.by_size : stats_.by_period)++;
+      stats_.wait_ns += ns_between(arrived, start);
+      stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
+      lock.lock();
+    } else if (!waiting_.empty() || store_.has_pending()) {
+      lock.unlock();
+      const auto start = std::chrono::steady_clock::now();
+      store_.commit();
+      complete(waiting_, self, own_done);
+      stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
+      lock.lock();
+    } else {
+      break;
+    }
   }
   running_ = false;
   if (!queue_.empty()) cv_.notify_one();
 }
 
+// One round: its searches go to the index with the previous round's changes (KvStore::run). Then
+// the previous round's waiting requests are final, and so are this round's whose commands all
+// settled; the rest wait for the next index batch.
 void Scheduler::execute_round(Worker* self, std::vector<Connection*>& own_done) {
   cmds_.clear();
   for (const Submission& s : round_)
     for (kv::KvCommand& c : s.request->cmds) cmds_.push_back(&c);
-  store_.execute(cmds_);
+  store_.run(cmds_);
   {
     std::lock_guard lock(slab_mu_);
     slabs_ = store_.slab_stats();
   }
+  complete(waiting_, self, own_done);
   for (const Submission& s : round_) {
+    const bool settled = std::all_of(s.request->cmds.begin(), s.request->cmds.end(), [](const kv::KvCommand& c) { return c.settled; });
+    (settled ? settled_ : waiting_).push_back(s);
+  }
+  complete(settled_, self, own_done);
+  stats_.commands += cmds_.size();
+  if (cmds_.size() > stats_.max_round) stats_.max_round = cmds_.size();
+  round_.clear();
+}
+
+// Hands finished requests to their workers (empties `done`).
+void Scheduler::complete(std::vector<Submission>& done, Worker* self, std::vector<Connection*>& own_done) {
+  for (const Submission& s : done) {
     s.request->done.store(true, std::memory_order_release);
     if (s.worker == self) own_done.push_back(s.conn);
     else done_[s.worker].push_back(s.conn);
@@ -113,9 +141,7 @@ void Scheduler::execute_round(Worker* self, std::vector<Connection*>& own_done) 
     worker->complete(conns);
     conns.clear();
   }
-  stats_.commands += cmds_.size();
-  if (cmds_.size() > stats_.max_round) stats_.max_round = cmds_.size();
-  round_.clear();
+  done.clear();
 }
 
 }  // namespace gphash::server

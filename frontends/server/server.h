@@ -67,7 +67,7 @@ struct Submission {
 };
 
 // Mega-KV's scheduler: forms rounds from the requests the receivers queued and runs them on the
-// KvStore, one at a time. A round starts when --batch-size commands wait or the oldest has waited
+// KvStore, one at a time, each round's index changes riding with the next round's searches. A round starts when --batch-size commands wait or the oldest has waited
 // --batch-period-us. Who runs it: the receiver whose submission makes it due when no round is
 // running (no thread handoff on the common path: the dominant cost on a small machine, see
 // docs/PROTOCOL.md), otherwise the scheduler thread when the period expires. Requests that arrive
@@ -93,6 +93,7 @@ class Scheduler {
   bool due(std::chrono::steady_clock::time_point now) const;
   void drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done);
   void execute_round(Worker* self, std::vector<Connection*>& own_done);
+  void complete(std::vector<Submission>& done, Worker* self, std::vector<Connection*>& own_done);
 
   kv::KvStore& store_;
   const size_t threshold_;
@@ -106,6 +107,8 @@ class Scheduler {
   bool stopping_ = false;
   // The round being run; only the thread that set running_ touches these.
   std::vector<Submission> round_;
+  std::vector<Submission> waiting_;  // resolved, final after the next index batch (KvStore::run)
+  std::vector<Submission> settled_;
   std::vector<kv::KvCommand*> cmds_;
   std::unordered_map<Worker*, std::vector<Connection*>> done_;
   mutable std::mutex slab_mu_;

@@ -71,7 +71,8 @@ struct KvStore::Index {
   Table table;
   std::vector<OpStatus> status;
 
-  void run(Op op, const Signature* keys, const Location* values, Location* out, size_t n) {
+  // `ops` null: every entry is `op`.
+  void run(Op op, const Op* ops, const Signature* keys, const Location* values, Location* out, size_t n) {
     if (n == 0) return;
     status.resize(n);
     Batch b;
@@ -79,11 +80,33 @@ struct KvStore::Index {
     b.key_width = sizeof(Signature);
     b.value_width = sizeof(Location);
     b.op = op;
+    b.ops = ops;
     b.keys = keys;
     b.values = values;
     b.values_out = out;
     b.status = status.data();
     table.execute(b);
+  }
+  void run(Op op, const Signature* keys, const Location* values, Location* out, size_t n) {
+    run(op, nullptr, keys, values, out, n);
+  }
+};
+
+// A round's index changes, written with the next round's searches: entries (erases and upserts,
+// one per signature, so their order does not matter), the round's slot of each, and the commands
+// that wait for them.
+struct KvStore::Pending {
+  std::vector<Op> ops;
+  std::vector<Signature> keys;
+  std::vector<Location> values;  // upserts: the new head; erases: unused
+  std::vector<uint32_t> slots;
+  std::vector<std::pair<KvCommand*, uint32_t>> waiting;  // unsettled commands and their slots
+  uint32_t round_slots = 0;
+
+  bool empty() const { return keys.empty() && waiting.empty(); }
+  void clear() {
+    ops.clear(), keys.clear(), values.clear(), slots.clear(), waiting.clear();
+    round_slots = 0;
   }
 };
 
@@ -114,7 +137,8 @@ struct KvStore::Round {
   }
 };
 
-KvStore::KvStore(const KvConfig& config) : config_(config), round_(std::make_unique<Round>()) {
+KvStore::KvStore(const KvConfig& config)
+    : config_(config), round_(std::make_unique<Round>()), pending_(std::make_unique<Pending>()) {
   OpenOptions options;
   options.engine = config.engine;
   options.threads = config.index_threads;
@@ -209,6 +233,9 @@ void KvStore::adopt_legacy_items(Table& table, const std::string& path, std::spa
 
 KvStore::~KvStore() {
   try {
+    pending_->waiting.clear();  // nobody waits any more; the changes are still written
+    commit();
+    hold_.reset();
     if (index_) index_->table.close();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gphash-server: closing the index: %s\n", e.what());
@@ -473,11 +500,14 @@ Location KvStore::allocate(uint8_t cls, Location pinned) {
   return loc;
 }
 
-void KvStore::execute(std::span<KvCommand* const> round) {
+bool KvStore::has_pending() const { return !pending_->empty(); }
+
+void KvStore::run(std::span<KvCommand* const> round) {
   const auto start = std::chrono::steady_clock::now();
-  // A snapshot (store mode) waits for the round: its item writes and the index batches that
-  // publish them are one step.
-  const auto hold = index_->table.hold_snapshots();
+  // A snapshot (store mode) never splits a round's item writes from the index changes that
+  // publish them: the hold taken for the previous round's resolution lasts through the batch
+  // that writes its changes.
+  if (!hold_) hold_.emplace(index_->table.hold_snapshots());
   now_ = static_cast<uint32_t>(std::time(nullptr));
   Round& r = *round_;
   r.clear();
@@ -488,75 +518,105 @@ void KvStore::execute(std::span<KvCommand* const> round) {
     r.cmd_slot[i] = round[i]->op == KvOp::kFlushAll ? UINT32_MAX : slot_of(config_.signature(round[i]->key));
   plan_evictions(round);
 
-  // Search round: what the index holds for every signature of the round, in one batch.
-  const auto search_start = std::chrono::steady_clock::now();
-  r.found.assign(r.sigs.size(), 0);
-  index_->run(Op::kSearch, r.sigs.data(), nullptr, r.found.data(), r.sigs.size());
-  for (size_t i = 0; i < r.sigs.size(); ++i)
-    if (index_->status[i] != OpStatus::kOk) r.found[i] = 0;
-  uint64_t index_ns = elapsed_ns(search_start);
-  counters_.search_ops += r.sigs.size();
+  // One batch: the previous round's changes, then what the index holds for every signature of
+  // this round.
+  const auto index_start = std::chrono::steady_clock::now();
+  index_call(r.sigs.size(), r.found);
+  uint64_t index_ns = elapsed_ns(index_start);
+  // Between two rounds every change is in the index: a waiting snapshot may go now.
+  hold_.reset();
+  hold_.emplace(index_->table.hold_snapshots());
   r.head = r.found;
   r.dirty.assign(r.sigs.size(), 0);
 
-  for (size_t i = 0; i < round.size(); ++i) resolve(*round[i], r.cmd_slot[i]);
-
-  const auto commit_start = std::chrono::steady_clock::now();
-  commit_index(round, r.cmd_slot);
-  index_ns += elapsed_ns(commit_start);
+  for (size_t i = 0; i < round.size(); ++i) {
+    const uint32_t slot = r.cmd_slot[i];
+    resolve(*round[i], slot);
+    round[i]->settled = slot == UINT32_MAX || !r.dirty[slot];
+  }
+  stage_pending(round);
+  if (pending_->empty()) hold_.reset();
   counters_.rounds++;
   counters_.index_ns += index_ns;
   counters_.resolve_ns += elapsed_ns(start) - index_ns;
 }
 
-// Insert/delete round: the overlay's changes, erases then upserts (each signature appears once,
-// so the two batches commute). In store mode the round's writes are durable when they return.
-void KvStore::commit_index(std::span<KvCommand* const> round, const std::vector<uint32_t>& cmd_slot) {
-  Round& r = *round_;
-  std::vector<Signature> erase_keys, upsert_keys;
-  std::vector<Location> upsert_values;
-  std::vector<uint32_t> erase_slots, upsert_slots;
+void KvStore::commit() {
+  if (pending_->empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Location> none;
+  index_call(0, none);
+  hold_.reset();
+  counters_.index_ns += elapsed_ns(start);
+}
+
+// The round's overlay as index changes, and the commands that wait for them.
+void KvStore::stage_pending(std::span<KvCommand* const> round) {
+  const Round& r = *round_;
+  Pending& p = *pending_;
+  p.clear();
   for (uint32_t s = 0; s < r.sigs.size(); ++s) {
     if (!r.dirty[s] || r.head[s] == r.found[s]) continue;
-    if (r.head[s] == 0) {
-      erase_keys.push_back(r.sigs[s]);
-      erase_slots.push_back(s);
-    } else {
-      upsert_keys.push_back(r.sigs[s]);
-      upsert_values.push_back(r.head[s]);
-      upsert_slots.push_back(s);
-    }
+    p.ops.push_back(r.head[s] == 0 ? Op::kErase : Op::kUpsert);
+    p.keys.push_back(r.sigs[s]);
+    p.values.push_back(r.head[s]);
+    p.slots.push_back(s);
   }
-  std::vector<uint8_t> failed;
-  auto check = [&](const std::vector<uint32_t>& slots) {
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const OpStatus st = index_->status[i];
-      if (st == OpStatus::kOk || st == OpStatus::kNotFound) continue;
-      if (failed.empty()) failed.assign(r.sigs.size(), 0);
-      failed[slots[i]] = 1;
-      std::fprintf(stderr, "gphash-server: index write failed: %s\n", to_string(st));
-    }
-  };
-  index_->run(Op::kErase, erase_keys.data(), nullptr, nullptr, erase_keys.size());
-  check(erase_slots);
-  index_->run(Op::kUpsert, upsert_keys.data(), upsert_values.data(), nullptr, upsert_keys.size());
-  check(upsert_slots);
-  counters_.write_ops += erase_keys.size() + upsert_keys.size();
+  for (size_t i = 0; i < round.size(); ++i)
+    if (!round[i]->settled) p.waiting.emplace_back(round[i], r.cmd_slot[i]);
+  p.round_slots = static_cast<uint32_t>(r.sigs.size());
+}
 
+// Runs the pending changes followed by `searches` searches of the round's signatures (results in
+// `found`, 0 where absent) as one batch, then finishes the changes. In store mode they are
+// durable when it returns.
+void KvStore::index_call(size_t searches, std::vector<Location>& found) {
+  Pending& p = *pending_;
+  const size_t writes = p.keys.size();
+  const Round& r = *round_;
+  if (searches > 0) {
+    p.ops.insert(p.ops.end(), searches, Op::kSearch);
+    p.keys.insert(p.keys.end(), r.sigs.begin(), r.sigs.begin() + static_cast<ptrdiff_t>(searches));
+    p.values.resize(writes + searches, 0);
+  }
+  std::vector<Location> results(writes + searches, 0);
+  index_->run(Op::kSearch, writes ? p.ops.data() : nullptr, p.keys.data(), writes ? p.values.data() : nullptr,
+              searches ? results.data() : nullptr, writes + searches);
+  found.assign(searches, 0);
+  for (size_t i = 0; i < searches; ++i)
+    if (index_->status[writes + i] == OpStatus::kOk) found[i] = results[writes + i];
+  counters_.search_ops += searches;
+  counters_.write_ops += writes;
+  finish_pending(index_->status.data());
+}
+
+// After the batch that wrote the pending changes: failed ones are reported, the chunks the round
+// unlinked are freed.
+void KvStore::finish_pending(const OpStatus* status) {
+  Pending& p = *pending_;
+  std::vector<uint8_t> failed;
+  for (size_t i = 0; i < p.slots.size(); ++i) {
+    const OpStatus st = status[i];
+    if (st == OpStatus::kOk || st == OpStatus::kNotFound) continue;
+    if (failed.empty()) failed.assign(p.round_slots, 0);
+    failed[p.slots[i]] = 1;
+    std::fprintf(stderr, "gphash-server: index write failed: %s\n", to_string(st));
+  }
   if (!failed.empty()) {
     // The index kept its old entry for these signatures: the round's writes to them are not
     // durable. Report them as failed and keep every item the round unlinked (a restart's recovery
     // frees what is unreachable), so nothing the index still reaches is reused.
-    for (size_t i = 0; i < round.size(); ++i)
-      if (cmd_slot[i] != UINT32_MAX && failed[cmd_slot[i]] && round[i]->op != KvOp::kGet) round[i]->status = KvStatus::kOutOfMemory;
+    for (auto [cmd, slot] : p.waiting)
+      if (slot != UINT32_MAX && failed[slot] && cmd->op != KvOp::kGet) cmd->status = KvStatus::kOutOfMemory;
     deferred_.clear();
-    return;
+  } else {
+    for (Location loc : deferred_) {
+      if (items_->item(loc)->refs.load(std::memory_order_acquire) == 0) items_->release_chunk(loc);
+      else zombies_.push_back(loc);
+    }
+    deferred_.clear();
   }
-  for (Location loc : deferred_) {
-    if (items_->item(loc)->refs.load(std::memory_order_acquire) == 0) items_->release_chunk(loc);
-    else zombies_.push_back(loc);
-  }
-  deferred_.clear();
+  p.clear();
 }
 
 }  // namespace gphash::kv

@@ -1,22 +1,30 @@
 // KvStore: memcached's data model on a gphash signature index and a slab item store.
 //
-// One thread (the server's scheduler) calls execute() with a round of commands. A round is
-// Mega-KV's cycle: one search batch for every signature the round touches, then the commands are
-// resolved one by one in round order (full key compared on every signature hit; writes of the
-// round go to an overlay, so a later command of the round sees an earlier one's effect), then one
-// erase batch and one upsert batch carry the round's index changes. When execute() returns in
-// store mode, every write of the round is durable. Other threads may read the items a round
-// handed out (KvCommand::item) and must release() each one when done.
+// One thread (the server's scheduler) runs rounds of commands. A round is Mega-KV's cycle: one
+// search for every signature the round touches, then the commands are resolved one by one in
+// round order (full key compared on every signature hit; writes of the round go to an overlay, so
+// a later command of the round sees an earlier one's effect), then the round's index changes
+// (erases and upserts of signature heads) are written. Rounds are pipelined: run() sends the
+// previous round's index changes and this round's searches to the index as one batch (the batch
+// runs in order, so the searches see the changes), which makes one index round trip per round
+// instead of three. A command whose result touches no uncommitted change is final when its round
+// is resolved (KvCommand::settled); the others are final, and in store mode durable, after the
+// next run() or commit(). Other threads may read the items a round handed out (KvCommand::item)
+// and must release() each one when done.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "gphash/config.h"
+#include "gphash/ops.h"
+#include "gphash/snapshot.h"
 #include "kv/command.h"
 #include "kv/item_store.h"
 #include "kv/signature.h"
@@ -78,8 +86,18 @@ class KvStore {
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
 
-  // Runs one round (scheduler thread only). Commands are resolved in span order.
-  void execute(std::span<KvCommand* const> round);
+  // Runs one round (scheduler thread only; commands are resolved in span order) and leaves its
+  // index changes pending. When it returns, the previous round's commands are final (durable in
+  // store mode) and so are this round's settled ones.
+  void run(std::span<KvCommand* const> round);
+  // Writes the pending index changes alone: every command run so far is final when it returns.
+  void commit();
+  bool has_pending() const;
+  // One round to the end: run() then commit().
+  void execute(std::span<KvCommand* const> round) {
+    run(round);
+    commit();
+  }
 
   // Reading a held item (any thread).
   std::string_view key(Location loc) const { return items_->key(loc); }
@@ -105,6 +123,7 @@ class KvStore {
 
  private:
   struct Round;
+  struct Pending;
   struct Found {
     Location loc = 0;
     Location pred = 0;  // the chain predecessor, 0 when loc is the chain's head
@@ -137,13 +156,17 @@ class KvStore {
   void resolve_arith(KvCommand& c, uint32_t slot);
   void resolve_touch(KvCommand& c, uint32_t slot);
   void flush_all(KvCommand& c);
-  void commit_index(std::span<KvCommand* const> round, const std::vector<uint32_t>& slots);
+  void stage_pending(std::span<KvCommand* const> round);
+  void index_call(size_t searches, std::vector<Location>& found);
+  void finish_pending(const OpStatus* status);
 
   KvConfig config_;
   struct Index;
   std::unique_ptr<Index> index_;
   std::unique_ptr<ItemStore> items_;  // in store mode, in index_'s pool
   std::unique_ptr<Round> round_;
+  std::unique_ptr<Pending> pending_;  // the last round's index changes, not yet written
+  std::optional<std::shared_lock<SnapshotGate>> hold_;  // store mode: from a round's items to its index changes
   std::vector<Location> zombies_;   // unlinked items still read by a reply
   std::vector<Location> deferred_;  // store mode: unlinked this round, freed after the commit
   uint64_t next_cas_ = 1;
