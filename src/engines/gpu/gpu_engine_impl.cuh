@@ -101,7 +101,7 @@ class GpuEngine final : public Engine {
  public:
   GpuEngine(pool::Pool& pool, const OpenOptions& options)
       : pool_(pool), meta_(pool), options_(options), gpu_memory_(options.placement == Placement::kGpuMemory),
-        mapping_(pool), counters_(1), scan_(1),
+        mapping_(pool), io_(2 * kStagedBytes + kCountersBytes), scan_(1),
         cache_(options.cache, options.placement == Placement::kHostMapped && options.gpu_kernels == GpuKernels::kWarp) {
     const auto t0 = std::chrono::steady_clock::now();
     if (pool.kind() == pool::PoolKind::kFile)
@@ -134,7 +134,8 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaDeviceSynchronize());  // a copy from pageable memory may still be in flight on return
     dt_.writes.countdown = countdown_.get();
 #endif
-    ctx_.counters = counters_.get();
+    counters_ = reinterpret_cast<BatchCounters*>(io_.get() + kStagedBytes);
+    ctx_.counters = counters_;
     attach_pool();
     start_write_tracking();
     stats_.open_map_seconds = seconds_since(t0);
@@ -478,19 +479,22 @@ class GpuEngine final : public Engine {
   }
 
   // Small host batches (the server's rounds, latency-bound callers) go through pinned memory: the
-  // caller's arrays are packed into it on the host, one copy goes in and one comes out, and the
-  // host waits once. Copies from and to pageable memory each stage and wait on their own. Measured
-  // on the H100 (16-byte keys, 8-byte values, YCSB C end to end): +20 to +33% host-mapped and +30
-  // to +60% in GPU memory at 128 and 1,024 operations; with a 256 KiB limit 16,384-operation
-  // batches were staged too and lost 9 to 27% (the host's packing costs more than the waits it
-  // saves), hence 64 KiB.
+  // caller's arrays are packed into it on the host, one copy goes in (with the batch counters) and
+  // one comes out (with them again), and the host waits once. Copies from and to pageable memory
+  // each stage and wait on their own. Measured on the H100 (16-byte keys, 8-byte values, YCSB C end
+  // to end): +20 to +33% host-mapped and +30 to +60% in GPU memory at 128 and 1,024 operations;
+  // with a 256 KiB limit 16,384-operation batches were staged too and lost 9 to 27% (the host's
+  // packing costs more than the waits it saves), hence 64 KiB.
   static constexpr size_t kStagedBytes = size_t{64} << 10;
   struct Staged {
     size_t values_out_at = 0;  // in the output area: statuses at 0, then the found values
     size_t out_bytes = 0;      // 0: not staged
   };
   static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+  static constexpr size_t kPlanHostSearchesFrom = 4096;
 
+  // The inputs end where the counters begin, so that one copy carries both; prepare_batch(upload
+  // = false) must have filled counters_init_.
   bool stage_through_pinned(const Batch& b, size_t offset, size_t n, bool search_only, cudaStream_t stream, BatchView& bv,
                             Staged& staged) {
     const uint32_t vw = dt_.value_width;
@@ -498,31 +502,36 @@ class GpuEngine final : public Engine {
     const size_t values = b.values && !search_only ? align16(n * vw) : 0;
     const size_t statuses = align16(n), found = b.values_out ? n * vw : 0;
     if (keys + ops + values > kStagedBytes || statuses + found > kStagedBytes) return false;
-    if (!staged_in_) {
-      staged_in_ = std::make_unique<PinnedBuffer<std::byte>>(kStagedBytes);
-      staged_out_ = std::make_unique<PinnedBuffer<std::byte>>(kStagedBytes);
-      device_in_.resize(kStagedBytes);
-      device_out_.resize(kStagedBytes);
-    }
-    std::byte* in = staged_in_->get();
+    if (!host_io_) host_io_ = std::make_unique<PinnedBuffer<std::byte>>(io_.size());
+    const size_t at = kStagedBytes - (keys + ops + values);
+    std::byte* in = host_io_->get() + at;
     std::memcpy(in, offset_ptr<std::byte>(b.keys, offset * KeyWidth), n * KeyWidth);
     if (ops) std::memcpy(in + keys, b.ops + offset, n);
     if (values) std::memcpy(in + keys + ops, offset_ptr<std::byte>(b.values, offset * vw), n * vw);
-    GPHASH_CUDA(cudaMemcpyAsync(device_in_.get(), in, keys + ops + values, cudaMemcpyHostToDevice, stream));
-    bv.keys = reinterpret_cast<const uint64_t*>(device_in_.get());
-    bv.ops = ops ? reinterpret_cast<const uint8_t*>(device_in_.get() + keys) : nullptr;
-    bv.values = values ? device_in_.get() + keys + ops : nullptr;
-    bv.status = reinterpret_cast<uint8_t*>(device_out_.get());
-    bv.values_out = found ? device_out_.get() + statuses : nullptr;
+    std::memcpy(host_io_->get() + kStagedBytes, counters_init_.get(), sizeof(BatchCounters));
+    std::byte* device_in = io_.get() + at;
+    GPHASH_CUDA(cudaMemcpyAsync(device_in, in, keys + ops + values + sizeof(BatchCounters), cudaMemcpyHostToDevice, stream));
+    std::byte* device_out = io_.get() + kStagedBytes + kCountersBytes;
+    bv.keys = reinterpret_cast<const uint64_t*>(device_in);
+    bv.ops = ops ? reinterpret_cast<const uint8_t*>(device_in + keys) : nullptr;
+    bv.values = values ? device_in + keys + ops : nullptr;
+    bv.status = reinterpret_cast<uint8_t*>(device_out);
+    bv.values_out = found ? device_out + statuses : nullptr;
     staged.values_out_at = statuses;
     staged.out_bytes = statuses + found;
     return true;
   }
+  // The counters and the outputs, in one copy; the counters reach host_counters_ once the stream
+  // is synchronized (take_staged_counters).
   void copy_staged_outputs(const Staged& staged, cudaStream_t stream) {
-    GPHASH_CUDA(cudaMemcpyAsync(staged_out_->get(), device_out_.get(), staged.out_bytes, cudaMemcpyDeviceToHost, stream));
+    GPHASH_CUDA(cudaMemcpyAsync(host_io_->get() + kStagedBytes, io_.get() + kStagedBytes, kCountersBytes + staged.out_bytes,
+                                cudaMemcpyDeviceToHost, stream));
+  }
+  void take_staged_counters() {
+    std::memcpy(host_counters_.get(), host_io_->get() + kStagedBytes, sizeof(BatchCounters));
   }
   void unpack_staged_outputs(const Batch& b, size_t offset, size_t n, const Staged& staged) const {
-    const std::byte* out = staged_out_->get();
+    const std::byte* out = host_io_->get() + kStagedBytes + kCountersBytes;
     std::memcpy(b.status + offset, out, n);
     if (b.values_out)
       std::memcpy(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, out + staged.values_out_at,
@@ -544,7 +553,7 @@ class GpuEngine final : public Engine {
       bv.values_out = b.values_out ? static_cast<std::byte*>(b.values_out) + offset * vw : nullptr;
       bv.status = reinterpret_cast<uint8_t*>(b.status + offset);
     } else if (staged && stage_through_pinned(b, offset, n, search_only, stream, bv, *staged)) {
-      // staged: bv points into device_in_ and device_out_
+      // staged: bv points into io_
     } else {
       keys_.reserve(n * T::kKeyWords);
       GPHASH_CUDA(cudaMemcpyAsync(keys_.get(), offset_ptr<std::byte>(b.keys, offset * KeyWidth), n * KeyWidth,
@@ -584,10 +593,12 @@ class GpuEngine final : public Engine {
   void launch_parallel_pass(BatchView& bv, bool search_only, cudaStream_t stream) {
     GPHASH_CUDA(cudaEventRecord(start_, stream));
     // Writing batches are always planned (per-key order). Searching batches too when the table is
-    // host-mapped: there combining a Zipf-hot key's reads into one PCIe access is worth the sort;
-    // in GPU memory the sort would cost more than it saves. (A batch in GPU memory whose ops the
-    // host does not read is planned, and unplanned on the device if it only searches: plan().)
-    if (!search_only || !gpu_memory_) plan(bv, stream);
+    // host-mapped and the batch large: there combining a Zipf-hot key's reads into one PCIe access
+    // is worth the sort; a small batch (a server's round) repeats few keys, and the plan's two
+    // launches cost more than they save. In GPU memory the sort costs more than it saves. (A batch
+    // in GPU memory whose ops the host does not read is planned, and unplanned on the device if it
+    // only searches: plan().)
+    if (!search_only || (!gpu_memory_ && bv.n >= kPlanHostSearchesFrom)) plan(bv, stream);
     GPHASH_CUDA(cudaEventRecord(planned_, stream));
     launch_batch(bv, stream);
     GPHASH_CUDA(cudaEventRecord(ran_, stream));
@@ -604,14 +615,20 @@ class GpuEngine final : public Engine {
     const cudaStream_t stream = batch_stream_;
     const bool search_only = is_search_only(b, offset, n);
     cache_.before_batch(dt_, n, stream);
+    prepare_batch(n, stream, /*upload=*/false);
     Staged staged;
     BatchView bv = stage(b, offset, n, search_only, stream, &staged);
-    prepare_batch(n, stream);
+    if (!staged.out_bytes) upload_counters(stream);
     launch_parallel_pass(bv, search_only, stream);
     // One wait for the counters and, for a staged batch, its outputs (needed again only if the
     // slow path runs).
-    if (staged.out_bytes) copy_staged_outputs(staged, stream);
-    read_counters(stream);
+    if (staged.out_bytes) {
+      copy_staged_outputs(staged, stream);
+      GPHASH_CUDA(cudaStreamSynchronize(stream));
+      take_staged_counters();
+    } else {
+      read_counters(stream);
+    }
     const bool slow = host_counters_.get()->pending != 0;
     double slow_seconds = 0;
     if (slow) {
@@ -681,7 +698,7 @@ class GpuEngine final : public Engine {
   // read-back and the completion event; the completion thread settles the rest.
   std::shared_ptr<Completion> hand_over(cudaStream_t stream) {
     auto done = std::make_shared<GpuCompletion>();
-    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
+    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_, sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
     GPHASH_CUDA(cudaEventRecord(done->event(), stream));
     last_done_ = done;
     {
@@ -763,7 +780,8 @@ class GpuEngine final : public Engine {
   }
 
   // The batch's context: counters reset and the heap's free cells for up to `n` new values.
-  void prepare_batch(uint64_t n, cudaStream_t stream) {
+  // upload = false: the caller sends counters_init_ (a staged batch carries it, or upload_counters).
+  void prepare_batch(uint64_t n, cudaStream_t stream, bool upload = true) {
     if (dt_.has_heap) {
       const uint64_t freed_capacity = 2 * n + 1024;
       freed_.reserve(freed_capacity);
@@ -776,11 +794,14 @@ class GpuEngine final : public Engine {
     BatchCounters* c = counters_init_.get();
     *c = BatchCounters{};
     c->fresh_next = fresh_next_;
-    GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), c, sizeof(BatchCounters), cudaMemcpyHostToDevice, stream));
+    if (upload) upload_counters(stream);
+  }
+  void upload_counters(cudaStream_t stream) {
+    GPHASH_CUDA(cudaMemcpyAsync(counters_, counters_init_.get(), sizeof(BatchCounters), cudaMemcpyHostToDevice, stream));
   }
 
   void read_counters(cudaStream_t stream) {
-    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_.get(), sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
+    GPHASH_CUDA(cudaMemcpyAsync(host_counters_.get(), counters_, sizeof(BatchCounters), cudaMemcpyDeviceToHost, stream));
     GPHASH_CUDA(cudaStreamSynchronize(stream));
   }
 
@@ -889,7 +910,7 @@ class GpuEngine final : public Engine {
                                     cudaMemcpyDeviceToDevice, stream));
       unsigned long long* waiting = reinterpret_cast<unsigned long long*>(&counters_init_.get()->pending);
       waiting[0] = carried, waiting[1] = 0, waiting[2] = carried;  // pending, pending_slot, pending_cell
-      GPHASH_CUDA(cudaMemcpyAsync(&counters_.get()->pending, waiting, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
+      GPHASH_CUDA(cudaMemcpyAsync(&counters_->pending, waiting, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
       launch_rerun(bv, pending_[current].get(), run_now, flags, stream);
       read_counters(stream);
       current = next;
@@ -1065,7 +1086,7 @@ class GpuEngine final : public Engine {
     ctx_.free_count = free_count_;
     unsigned long long* restart = reinterpret_cast<unsigned long long*>(counters_init_.get());
     restart[0] = 0, restart[1] = fresh_next_, restart[2] = 0;  // cells_taken, fresh_next, cells_freed
-    GPHASH_CUDA(cudaMemcpyAsync(counters_.get(), restart, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
+    GPHASH_CUDA(cudaMemcpyAsync(counters_, restart, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
     reserve_cells(demand);
     if (available_cells() == 0) *exhausted = true;
     return !*exhausted;
@@ -1125,7 +1146,14 @@ class GpuEngine final : public Engine {
   Stream batch_stream_;  // host batches (execute)
   Stream slow_stream_;   // table-wide passes (open, resize, export) and the completion thread
   Event start_, planned_, ran_, counted_{false};
-  DeviceBuffer<BatchCounters> counters_;
+  // The batch counters sit between the inputs and the outputs of execute's small batches in one
+  // device region, [inputs | counters | outputs], laid out alike in pinned host memory: a staged
+  // batch goes in with its counters in one copy and comes out with them in one copy.
+  static constexpr size_t kCountersBytes = 256;
+  static_assert(sizeof(BatchCounters) <= kCountersBytes);
+  DeviceBuffer<std::byte> io_;
+  BatchCounters* counters_ = nullptr;  // in io_
+  std::unique_ptr<PinnedBuffer<std::byte>> host_io_;  // made at the first staged batch
   PinnedBuffer<BatchCounters> host_counters_, counters_init_;
   DeviceBuffer<ScanCounters> scan_;
   PinnedBuffer<ScanCounters> host_scan_;
@@ -1144,8 +1172,6 @@ class GpuEngine final : public Engine {
   uint64_t free_count_ = 0, fresh_next_ = 0;
   DeviceBuffer<uint64_t> keys_;
   DeviceBuffer<std::byte> values_, out_, sort_temp_;
-  std::unique_ptr<PinnedBuffer<std::byte>> staged_in_, staged_out_;  // execute's small batches
-  DeviceBuffer<std::byte> device_in_, device_out_;
   DeviceBuffer<uint8_t> ops_, status_;
   DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
   DeviceBuffer<uint32_t> plan_writes_{1};  // plan(): whether a batch in GPU memory writes
