@@ -58,27 +58,36 @@ std::vector<kv::SlabClassStats> Scheduler::slab_snapshot() const {
 }
 
 // The scheduler thread: when requests wait and no receiver is running a round, it runs the round
-// once the batch size or the period is reached, whichever comes first.
+// once the batch size or the period is reached, whichever comes first; and it writes at once the
+// index changes a receiver's round left behind (drain).
 void Scheduler::run() {
   std::vector<Connection*> none;
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !running_); });
-    if (stopping_ && queue_.empty() && !running_) return;
+    cv_.wait(lock, [&] { return stopping_ || (!running_ && (!queue_.empty() || unfinished_)); });
+    if (stopping_ && queue_.empty() && !unfinished_ && !running_) return;
     if (running_) continue;
-    cv_.wait_until(lock, first_arrival_ + period_, [&] { return stopping_ || running_ || queued_commands_ >= threshold_; });
-    if (running_ || queue_.empty()) continue;
+    if (!unfinished_) {
+      cv_.wait_until(lock, first_arrival_ + period_, [&] { return stopping_ || running_ || queued_commands_ >= threshold_; });
+      if (running_ || queue_.empty()) continue;
+    }
     drain(lock, nullptr, none);
   }
 }
 
 // Runs rounds while they are due (called with the lock held; returns with it held), and when none
 // is due, writes the last round's index changes alone, so nothing waits once the queue is empty.
-// Results for `self`'s connections go to `own_done`, the others' to their workers.
+// A receiver (self) runs one round and goes back to its connections, whose replies wait until it
+// does: further rounds, and the last changes, are the scheduler thread's. Results for `self`'s
+// connections go to `own_done`, the others' to their workers.
 void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done) {
   running_ = true;
+  bool ran = false;
   for (;;) {
-    if (due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty())) {
+    const bool round_due = due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty());
+    const bool changes_left = !waiting_.empty() || store_.has_pending();
+    if (self && ran && (round_due || changes_left)) break;
+    if (round_due) {
       const bool by_size = queued_commands_ >= threshold_;
       const auto arrived = first_arrival_;
       round_.swap(queue_);  // Mega-KV's buffer swap: receivers fill a fresh queue meanwhile
@@ -91,7 +100,8 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
       stats_.wait_ns += ns_between(arrived, start);
       stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
       lock.lock();
-    } else if (!waiting_.empty() || store_.has_pending()) {
+      ran = true;
+    } else if (changes_left) {
       lock.unlock();
       const auto start = std::chrono::steady_clock::now();
       store_.commit();
@@ -102,8 +112,9 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
       break;
     }
   }
+  unfinished_ = !waiting_.empty() || store_.has_pending();
   running_ = false;
-  if (!queue_.empty()) cv_.notify_one();
+  if (!queue_.empty() || unfinished_) cv_.notify_one();
 }
 
 // One round: its searches go to the index with the previous round's changes (KvStore::run). Then

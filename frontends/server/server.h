@@ -104,6 +104,7 @@ class Scheduler {
   size_t queued_commands_ = 0;
   std::chrono::steady_clock::time_point first_arrival_;
   bool running_ = false;  // a round is being run (by a receiver or the scheduler thread)
+  bool unfinished_ = false;  // a round's index changes wait to be written, and nobody is running
   bool stopping_ = false;
   // The round being run; only the thread that set running_ touches these.
   std::vector<Submission> round_;

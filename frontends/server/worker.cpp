@@ -65,11 +65,15 @@ void Worker::wake() {
 }
 
 void Worker::complete(std::vector<Connection*>& conns) {
+  bool wake_pending;
   {
     std::lock_guard lock(completed_mu_);
+    // Non-empty: an earlier completion's wake-up has not been acted on yet, and the worker will
+    // take these with those (it empties the list after every wake-up).
+    wake_pending = !completed_.empty();
     completed_.insert(completed_.end(), conns.begin(), conns.end());
   }
-  wake();
+  if (!wake_pending) wake();
 }
 
 void Worker::run() {
