@@ -76,7 +76,8 @@ void Scheduler::run() {
 }
 
 // Runs rounds while they are due (called with the lock held; returns with it held), and when none
-// is due, writes the last round's index changes alone, so nothing waits once the queue is empty.
+// is due, or when a large round's waiters would wait long for the next (KvStore::commit_alone_pays),
+// writes the last round's index changes alone, so nothing waits once the queue is empty.
 // A receiver (self) runs one round and goes back to its connections, whose replies wait until it
 // does: further rounds, and the last changes, are the scheduler thread's. Results for `self`'s
 // connections go to `own_done`, the others' to their workers.
@@ -87,7 +88,7 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
     const bool round_due = due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty());
     const bool changes_left = !waiting_.empty() || store_.has_pending();
     if (self && ran && (round_due || changes_left)) break;
-    if (round_due) {
+    if (round_due && !store_.commit_alone_pays()) {
       const bool by_size = queued_commands_ >= threshold_;
       const auto arrived = first_arrival_;
       round_.swap(queue_);  // Mega-KV's buffer swap: receivers fill a fresh queue meanwhile

@@ -537,8 +537,10 @@ void KvStore::run(std::span<KvCommand* const> round) {
   stage_pending(round);
   if (pending_->empty()) hold_.reset();
   counters_.rounds++;
+  last_index_ns_ = index_ns;
+  last_resolve_ns_ = elapsed_ns(start) - index_ns;
   counters_.index_ns += index_ns;
-  counters_.resolve_ns += elapsed_ns(start) - index_ns;
+  counters_.resolve_ns += last_resolve_ns_;
 }
 
 void KvStore::commit() {

@@ -93,6 +93,11 @@ class KvStore {
   // Writes the pending index changes alone: every command run so far is final when it returns.
   void commit();
   bool has_pending() const;
+  // Whether the pending changes should be written alone now rather than with the next round's
+  // searches: when resolving a round took longer than its index batch (large rounds, multi-gets),
+  // the commands that wait for the changes would wait longer for the next round than a batch of
+  // their own costs.
+  bool commit_alone_pays() const { return has_pending() && last_resolve_ns_ > last_index_ns_; }
   // One round to the end: run() then commit().
   void execute(std::span<KvCommand* const> round) {
     run(round);
@@ -170,6 +175,7 @@ class KvStore {
   std::vector<Location> zombies_;   // unlinked items still read by a reply
   std::vector<Location> deferred_;  // store mode: unlinked this round, freed after the commit
   uint64_t next_cas_ = 1;
+  uint64_t last_index_ns_ = 0, last_resolve_ns_ = 0;  // the last round's
   uint32_t now_ = 0;
   KvCounters counters_;
   RecoveryReport recovery_;
