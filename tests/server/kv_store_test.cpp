@@ -193,32 +193,27 @@ TEST(KvStore, SignatureCollisionsLoseNothing) {
   EXPECT_GT(store.counters().signature_collisions.load(), 1000u);
 }
 
-TEST(KvStore, StoreModeMatchesModelWithCollisions) {
-  const std::string pool = pool_name("model");
+namespace {
+void run_model_in_store_mode(const char* name, SignatureFn sig, uint64_t seed, int rounds, int keys, bool pipelined) {
+  const std::string pool = pool_name(name);
   remove_pool(pool);
   {
-    KvConfig c = cache_config(weak_signature);
+    KvConfig c = cache_config(sig);
     c.mode = Mode::kStore;
     c.pool = pool;
     KvStore store(c);
-    run_model(store, 3, 1500, 60);
+    run_model(store, seed, rounds, keys, pipelined);
   }
   remove_pool(pool);
 }
+}  // namespace
+
+TEST(KvStore, StoreModeMatchesModelWithCollisions) { run_model_in_store_mode("model", weak_signature, 3, 1500, 60, false); }
 
 TEST(KvStore, PipelinedRoundsMatchModel) {
   KvStore cache(cache_config(weak_signature));
   run_model(cache, 4, 2000, 60, /*pipelined=*/true);
-  const std::string pool = pool_name("pipelined");
-  remove_pool(pool);
-  {
-    KvConfig c = cache_config(xxh3_signature);
-    c.mode = Mode::kStore;
-    c.pool = pool;
-    KvStore store(c);
-    run_model(store, 5, 1500, 200, /*pipelined=*/true);
-  }
-  remove_pool(pool);
+  run_model_in_store_mode("pipelined", xxh3_signature, 5, 1500, 200, /*pipelined=*/true);
 }
 
 // What waits for the next index batch: a command that changed a signature's head, or read one its
