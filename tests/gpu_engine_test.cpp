@@ -240,11 +240,13 @@ TEST(GpuEngine, BatchesInGpuMemoryGiveTheSameResults) {
   cudaFree(dkeys), cudaFree(dvalues), cudaFree(dout), cudaFree(dstatus);
 }
 
-// Mixed batches in GPU memory (ops the host never reads) with a hot key: those that only search
-// run unplanned in a GPU-memory table, those that write keep per-key order; both match the model.
-TEST(GpuEngine, HotKeyBatchesInGpuMemoryMatchTheModel) {
+// Batches with a hot key, in GPU memory (ops the host never reads) and in host memory: those that
+// only search run unplanned in either placement, those that write keep per-key order; all match
+// the model.
+TEST(GpuEngine, HotKeyBatchesMatchTheModel) {
   REQUIRE_GPU();
-  for (Placement placement : {Placement::kGpuMemory, Placement::kHostMapped}) {
+  for (Placement placement : {Placement::kGpuMemory, Placement::kHostMapped})
+  for (MemorySpace memory : {MemorySpace::kDevice, MemorySpace::kHost}) {
     TempPool pool("device-hot");
     Table t = Table::create(pool.path(), {8, 24, {2, 2, 8}, 1 << 14, 5}, gpu(placement));
     const size_t n = 60000;
@@ -272,20 +274,23 @@ TEST(GpuEngine, HotKeyBatchesInGpuMemoryMatchTheModel) {
       cudaMemcpy(dvalues, values.data(), n * 24, cudaMemcpyHostToDevice);
       cudaMemcpy(dops, ops.data(), n, cudaMemcpyHostToDevice);
       Batch b;
+      std::string out(n * 24, '\0');
+      std::vector<OpStatus> status(n);
+      const bool device = memory == MemorySpace::kDevice;
       b.size = n;
       b.key_width = 8;
       b.value_width = 24;
-      b.ops = dops;
-      b.keys = dkeys;
-      b.values = dvalues;
-      b.values_out = dout;
-      b.status = dstatus;
-      b.memory = MemorySpace::kDevice;
+      b.ops = device ? dops : ops.data();
+      b.keys = device ? static_cast<const void*>(dkeys) : keys.data();
+      b.values = device ? static_cast<const void*>(dvalues) : values.data();
+      b.values_out = device ? static_cast<void*>(dout) : out.data();
+      b.status = device ? dstatus : status.data();
+      b.memory = memory;
       t.execute(b);
-      std::string out(n * 24, '\0');
-      std::vector<OpStatus> status(n);
-      cudaMemcpy(out.data(), dout, out.size(), cudaMemcpyDeviceToHost);
-      cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
+      if (device) {
+        cudaMemcpy(out.data(), dout, out.size(), cudaMemcpyDeviceToHost);
+        cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
+      }
       for (size_t i = 0; i < n; ++i) {
         std::string key(reinterpret_cast<const char*>(&keys[i]), 8), found;
         ASSERT_EQ(status[i], model.apply(ops[i], key, values.substr(i * 24, 24), &found)) << round << " " << i;

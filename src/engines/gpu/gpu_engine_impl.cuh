@@ -491,7 +491,6 @@ class GpuEngine final : public Engine {
     size_t out_bytes = 0;      // 0: not staged
   };
   static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
-  static constexpr size_t kPlanHostSearchesFrom = 4096;
 
   // The inputs end where the counters begin, so that one copy carries both; prepare_batch(upload
   // = false) must have filled counters_init_.
@@ -583,6 +582,7 @@ class GpuEngine final : public Engine {
     return bv;
   }
 
+  static bool ops_unread(const Batch& b) { return b.ops && b.memory == MemorySpace::kDevice; }
   static bool is_search_only(const Batch& b, size_t offset, size_t n) {
     if (!b.ops) return b.op == Op::kSearch;
     if (b.memory == MemorySpace::kDevice) return false;  // unknown: the host does not read them
@@ -590,15 +590,16 @@ class GpuEngine final : public Engine {
   }
 
   // Plan and the parallel pass, on `stream`, with the start / planned / ran events around them.
-  void launch_parallel_pass(BatchView& bv, bool search_only, cudaStream_t stream) {
+  // Batches that write are planned (per-key order). Batches of searches are not, in either
+  // placement (searches of one key commute): every operation is a run of its own, so a Zipf-hot
+  // key's searches spread over all warps instead of one warp walking them. For host-mapped tables
+  // the plan once combined a hot key's reads into one PCIe access; on the H100 that measured
+  // slower at every batch size (README, "Batches of searches"). A batch whose ops the host does
+  // not read (`ops_unread`: in GPU memory) is planned and unplanned on the device if it only
+  // searches (plan()).
+  void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, cudaStream_t stream) {
     GPHASH_CUDA(cudaEventRecord(start_, stream));
-    // Writing batches are always planned (per-key order). Searching batches too when the table is
-    // host-mapped and the batch large: there combining a Zipf-hot key's reads into one PCIe access
-    // is worth the sort; a small batch (a server's round) repeats few keys, and the plan's two
-    // launches cost more than they save. In GPU memory the sort costs more than it saves. (A batch
-    // in GPU memory whose ops the host does not read is planned, and unplanned on the device if it
-    // only searches: plan().)
-    if (!search_only || (!gpu_memory_ && bv.n >= kPlanHostSearchesFrom)) plan(bv, stream);
+    if (!search_only) plan(bv, ops_unread, stream);
     GPHASH_CUDA(cudaEventRecord(planned_, stream));
     launch_batch(bv, stream);
     GPHASH_CUDA(cudaEventRecord(ran_, stream));
@@ -619,7 +620,7 @@ class GpuEngine final : public Engine {
     Staged staged;
     BatchView bv = stage(b, offset, n, search_only, stream, &staged);
     if (!staged.out_bytes) upload_counters(stream);
-    launch_parallel_pass(bv, search_only, stream);
+    launch_parallel_pass(bv, search_only, ops_unread(b), stream);
     // One wait for the counters and, for a staged batch, its outputs (needed again only if the
     // slow path runs).
     if (staged.out_bytes) {
@@ -681,7 +682,7 @@ class GpuEngine final : public Engine {
     cache_.before_batch(dt_, n, stream);
     BatchView bv = stage(b, offset, n, search_only, stream);
     prepare_batch(n, stream);
-    launch_parallel_pass(bv, search_only, stream);
+    launch_parallel_pass(bv, search_only, ops_unread(b), stream);
     SlowPathFlags flags;
     flags.allow_displacement = options_.max_load_factor > 0;
     flags.table_exhausted = true;  // no host in the stream: what displacement cannot place fails
@@ -807,12 +808,11 @@ class GpuEngine final : public Engine {
 
   // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
   // order (the radix sort is stable), and each run goes to one warp.
-  void plan(BatchView& bv, cudaStream_t stream) {
+  void plan(BatchView& bv, bool ops_unread, cudaStream_t stream) {
     const size_t n = bv.n;
     prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
-    // In GPU memory a batch of searches runs unplanned (launch_parallel_pass). A mixed batch in
-    // GPU memory may be one without the host knowing: the device decides, after the sort.
-    const bool ops_unread = gpu_memory_ && bv.ops;
+    // A batch of searches the host could not see as one (launch_parallel_pass): the device decides,
+    // after the sort.
     if (ops_unread) GPHASH_CUDA(cudaMemsetAsync(plan_writes_.get(), 0, sizeof(uint32_t), stream));
     plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops,
                                                       ops_unread ? plan_writes_.get() : nullptr);
