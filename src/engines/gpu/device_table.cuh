@@ -41,6 +41,17 @@ inline constexpr uint32_t kDirtyPageShift = 12;  // dirty marks are per 4 KiB pa
 __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 __device__ __forceinline__ uint8_t load_volatile(const uint8_t* p) { return *reinterpret_cast<const volatile uint8_t*>(p); }
 
+// A slot's state word and value word where they share 16 aligned bytes (8-byte keys): one load,
+// so one request (over PCIe for a host-mapped table) instead of two.
+struct SlotWords {
+  uint64_t state, value;
+};
+__device__ __forceinline__ SlotWords load_volatile_slot(const uint64_t* state_word) {
+  SlotWords w;
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(w.state), "=l"(w.value) : "l"(state_word));
+  return w;
+}
+
 __device__ __forceinline__ bool aligned(const void* p, unsigned a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
 // One lane copies n bytes (outputs in GPU memory; into the pool only through PoolWrites::copy).
@@ -127,6 +138,12 @@ struct PoolWrites {
   // The persist barrier: stores before it reach the persistence domain before stores after it
   // (libGPM's primitive, include/gpm/persist.cuh; a device-scope fence for a table in GPU memory).
   __device__ __forceinline__ void barrier() const { gpm::barrier(persistent); }
+  // The barrier between a slot's key and value and its state word (the publish). Only a crash
+  // needs it where readers reach slots through the tag mirror, which is updated after the barrier
+  // that follows the publish: a table in GPU memory read that way skips it.
+  __device__ __forceinline__ void publish_barrier(bool through_mirror) const {
+    if (persistent || !through_mirror) barrier();
+  }
 };
 
 // Counters a batch accumulates on the device; read back once per batch.

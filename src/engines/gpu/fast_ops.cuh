@@ -137,8 +137,14 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       std::byte* line = t.writes.cache.cached(clevel, cb);
       std::byte* bucket = line ? line : t.bucket(clevel, cb);
       bool match;
-      if constexpr (T::Layout::kKeyIsState) {
-        match = A == Access::kDirect || load_volatile(T::state_word(bucket, cp.slot)) == mine.published;
+      uint64_t value_word = 0;
+      if constexpr (T::Layout::kKeyIsState && A == Access::kMirror) {
+        static_assert(T::Layout::kValueOffset == T::Layout::kStateOffset + 8 && T::Layout::kStateStride == 16);
+        const SlotWords w = load_volatile_slot(T::state_word(bucket, cp.slot));
+        match = w.state == mine.published;
+        value_word = w.value;
+      } else if constexpr (T::Layout::kKeyIsState) {
+        match = true;  // kDirect: phase 1 compared the state word itself
       } else {
         const uint64_t* k = T::key_words(bucket, cp.slot);
         match = true;
@@ -148,11 +154,15 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       if (!match) continue;
       ++matches;
       const uint64_t rank = format::copy_rank(clevel, cb, cp.slot);
-      if (rank < best_rank) best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cp.slot, f_line = line;
+      if (rank < best_rank)
+        best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cp.slot, f_line = line, f_value = value_word;
     }
     found = matches > 0;
     if (matches > 1) defer = true;  // duplicates: the serial path removes them
-    if (found && !defer) f_value = load_volatile(T::value_word(f_line ? f_line : t.bucket(f_level, f_bucket), f_slot));
+    // The value word, unless it came with the state word (a key of one word, read through the mirror).
+    constexpr bool kValueRead = T::Layout::kKeyIsState && A == Access::kMirror;
+    if (found && !defer && !kValueRead)
+      f_value = load_volatile(T::value_word(f_line ? f_line : t.bucket(f_level, f_bucket), f_slot));
     if (found && !defer) t.writes.cache.record(pos, f_level, f_bucket);
     if (!defer) {
       if (op == Op::kSearch || (found && op == Op::kInsert) || (!found && (op == Op::kUpdate || op == Op::kErase)))
@@ -217,7 +227,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     if (t.has_heap) t.writes.cache.put_value(fb, f_slot, word, bv.value(i), bv.value_width);
   }
   if (erases) t.writes.store(T::state_word(fb, f_slot), format::kSlotEmpty);
-  t.writes.barrier();
+  t.writes.publish_barrier(A == Access::kMirror);
   if (claimed) t.writes.store(T::state_word(tb, t_slot), mine.published);
   t.writes.barrier();
   if constexpr (A == Access::kMirror) {

@@ -302,7 +302,7 @@ __device__ void link_slot(const T& t, uint32_t level, uint64_t bucket, int slot,
     for (int w = 0; w < T::kKeyWords; ++w) t.writes.store(k + w, key[w]);
   }
   t.writes.store(T::value_word(b, slot), value_word);
-  t.writes.barrier();
+  t.writes.publish_barrier(A == Access::kMirror);
   t.writes.store(T::state_word(b, slot), published);
   t.writes.barrier();
   if constexpr (A == Access::kMirror) {
