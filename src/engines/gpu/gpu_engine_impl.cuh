@@ -491,6 +491,7 @@ class GpuEngine final : public Engine {
     size_t out_bytes = 0;      // 0: not staged
   };
   static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
+  static constexpr size_t kPlanMappedSearchesFrom = size_t{1} << 20;  // launch_parallel_pass
 
   // The inputs end where the counters begin, so that one copy carries both; prepare_batch(upload
   // = false) must have filled counters_init_.
@@ -590,16 +591,19 @@ class GpuEngine final : public Engine {
   }
 
   // Plan and the parallel pass, on `stream`, with the start / planned / ran events around them.
-  // Batches that write are planned (per-key order). Batches of searches are not, in either
-  // placement (searches of one key commute): every operation is a run of its own, so a Zipf-hot
-  // key's searches spread over all warps instead of one warp walking them. For host-mapped tables
-  // the plan once combined a hot key's reads into one PCIe access; on the H100 that measured
-  // slower at every batch size (README, "Batches of searches"). A batch whose ops the host does
-  // not read (`ops_unread`: in GPU memory) is planned and unplanned on the device if it only
-  // searches (plan()).
+  // Batches that write are planned (per-key order). Batches of searches need no order (searches
+  // of one key commute) and mostly run unplanned: every operation a run of its own, so a Zipf-hot
+  // key's searches spread over all warps instead of one warp walking them. The exception, measured
+  // on the H100 (README, "Batches of searches"): a host-mapped table with one-word keys, where one
+  // PCIe read answers a search, gains from the plan's combining of a hot key's repeats into one
+  // read once a batch holds 2^20 operations (YCSB C, Zipf 0.99: +7 to +30%); below that, and for
+  // wider keys at every size, the plan cost 10 to 30%. A batch whose ops the host does not read
+  // (`ops_unread`: in GPU memory) is planned and, if it only searches, unplanned on the device
+  // (plan()), unless it is large enough to be planned anyway.
   void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, cudaStream_t stream) {
     GPHASH_CUDA(cudaEventRecord(start_, stream));
-    if (!search_only) plan(bv, ops_unread, stream);
+    const bool plan_searches = !gpu_memory_ && KeyWidth == 8 && bv.n >= kPlanMappedSearchesFrom;
+    if (!search_only || plan_searches) plan(bv, ops_unread && !plan_searches, stream);
     GPHASH_CUDA(cudaEventRecord(planned_, stream));
     launch_batch(bv, stream);
     GPHASH_CUDA(cudaEventRecord(ran_, stream));
