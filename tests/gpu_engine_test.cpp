@@ -304,6 +304,84 @@ TEST(GpuEngine, HotKeyBatchesMatchTheModel) {
   }
 }
 
+// A GPU-memory table filled without resizing to 0.95: the inserts whose candidates are all full
+// displace items, many warps at once (parallel displacement). Then mixed batches at that load,
+// with repeated keys, against the model; every item stays findable once, with its value, and the
+// checker finds no duplicate. One-word keys (the state word is the key) and two-word keys.
+TEST(GpuEngine, GpuMemoryTableFillsTo95PercentByDisplacement) {
+  REQUIRE_GPU();
+  for (uint32_t kw : {8u, 16u}) {
+    TempPool pool("fill95");
+    OpenOptions o = gpu(Placement::kGpuMemory);
+    o.auto_resize = false;
+    const uint64_t slots = uint64_t{24} << 15;  // 2L-2H-8S with bottom level 15
+    Table t = Table::create(pool.path(), {kw, 8, {2, 2, 8}, slots * 9 / 10 - 1, 7}, o);
+    ASSERT_EQ(t.info().slots, slots);
+    std::mt19937_64 rng(kw);
+    Model model;
+    std::vector<std::string> present;
+    auto fresh_key = [&] {
+      std::string k = random_bytes(rng, kw);
+      k[0] &= 0x7F;  // never a reserved one-word key (all ones)
+      return k;
+    };
+    auto run_batch = [&](const std::vector<std::string>& keys, const std::vector<Op>& ops, int round) {
+      const size_t n = keys.size();
+      std::string flat, values = random_bytes(rng, n * 8), out(n * 8, '\0');
+      for (const std::string& k : keys) flat += k;
+      std::vector<OpStatus> status(n);
+      Batch b;
+      b.size = n;
+      b.key_width = kw;
+      b.value_width = 8;
+      b.ops = ops.data();
+      b.keys = flat.data();
+      b.values = values.data();
+      b.values_out = out.data();
+      b.status = status.data();
+      t.execute(b);
+      for (size_t i = 0; i < n; ++i) {
+        std::string found;
+        const OpStatus want = model.apply(ops[i], keys[i], values.substr(i * 8, 8), &found);
+        ASSERT_EQ(status[i], want) << "key width " << kw << ", round " << round << ", op " << i;
+        if (ops[i] == Op::kSearch && want == OpStatus::kOk) {
+          ASSERT_TRUE(out.substr(i * 8, 8) == found) << i;
+        }
+        if (want == OpStatus::kOk && (ops[i] == Op::kInsert || (ops[i] == Op::kUpsert && found.empty())))
+          present.push_back(keys[i]);
+      }
+    };
+    for (int round = 0; model.size() < slots * 95 / 100; ++round) {
+      const size_t n = std::min<size_t>(1 << 16, slots * 95 / 100 - model.size());
+      std::vector<std::string> keys(n);
+      for (auto& k : keys) k = fresh_key();
+      run_batch(keys, std::vector<Op>(n, Op::kInsert), round);
+    }
+    EXPECT_GT(t.info().displacements, 0u);
+    EXPECT_GE(t.info().load_factor, 0.95 - 1e-3);
+    // Mixed batches: erases, searches, updates and upserts of present keys (some repeated in a
+    // batch), inserts of fresh keys; fewer inserts than erases, so the table never fills.
+    for (int round = 0; round < 4; ++round) {
+      const size_t n = 1 << 15;
+      std::vector<std::string> keys(n);
+      std::vector<Op> ops(n);
+      for (size_t i = 0; i < n; ++i) {
+        const unsigned pick = rng() % 10;
+        keys[i] = pick < 2 ? fresh_key() : present[rng() % present.size()];
+        ops[i] = pick < 2 ? Op::kInsert : pick < 5 ? Op::kErase : pick < 7 ? Op::kSearch : pick < 8 ? Op::kUpdate : Op::kUpsert;
+      }
+      run_batch(keys, ops, 100 + round);
+      ASSERT_EQ(t.size(), model.size());
+    }
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : model.map()) keys.push_back(k);
+    run_batch(keys, std::vector<Op>(keys.size(), Op::kSearch), 200);
+    EXPECT_EQ(t.size(), model.size());
+    CheckResult c = t.check();
+    EXPECT_TRUE(c.ok) << c.violation;
+  }
+}
+
 TEST(GpuEngine, PoolOnARegularFileIsRefusedWithAReason) {
   REQUIRE_GPU();
   const std::string path = ::testing::TempDir() + "gphash-gpu-file-pool";

@@ -159,6 +159,8 @@ struct BatchCounters {
   unsigned long long stopped_at;    // slow path: the pending entry it stopped at
   int slow_result;                  // slow path: a RunResult
   int unused;
+  unsigned long long serial_runs;   // runs the batch kernel left to the serial pass
+  unsigned long long serial_taken;  // ... of which a warp of the serial pass has taken
 };
 
 // Results of table-wide passes (open, recovery, resize, export), kept apart from a batch's

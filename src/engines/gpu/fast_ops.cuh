@@ -45,6 +45,7 @@ struct Candidates {
   uint32_t lanes = 0;
   int target = -1;
   uint64_t target_bucket = 0;
+  uint32_t target_word = 0;  // with the mirror: the 4 tags around the target as phase 1 read them
 };
 
 // GPHash's one-shot warp access for the operations of the lanes in `ops`: for each in turn every
@@ -92,6 +93,14 @@ __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe
         found.target = pick_target<T>(live[k], occupied, empty, lane, d, j);
         if (found.target >= 0)
           found.target_bucket = __shfl_sync(kFullMask, bucket_of[k], found.target - found.target % T::S);
+        if constexpr (A == Access::kMirror) {
+          // The mirror word holding the target's tag holds its bucket's slots s & ~3 .. s | 3, the
+          // lanes around it: the claim's CAS starts from it instead of reading the word again.
+          uint32_t word = uint32_t(seen[k] & 0xFF) << (8 * (lane & 3));
+          word |= __shfl_xor_sync(kFullMask, word, 1);
+          word |= __shfl_xor_sync(kFullMask, word, 2);
+          found.target_word = __shfl_sync(kFullMask, word, found.target < 0 ? 0 : found.target);
+        }
       }
       if (lane == base + k) mine_found = found;
     }
@@ -99,6 +108,8 @@ __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe
   return mine_found;
 }
 
+// 3 blocks of 256 per SM (80 registers). At 4 (64 registers, some spills) searches gained 4% and
+// inserts lost 11% (H100, gpu_bench --sections hbm, 2026-11-25).
 template <Access A, class T>
 __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
                                                        const __grid_constant__ BatchView bv) {
@@ -114,6 +125,11 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   if constexpr (T::Layout::kKeyIsState) skipped |= single && format::is_reserved_key(mine.key[0]);
   if (skipped) bv.status[i] = static_cast<uint8_t>(is_valid_op(op) ? OpStatus::kReservedKey : OpStatus::kInvalidOp);
   const uint32_t simple = __ballot_sync(kFullMask, single && !skipped);
+  // A one-word key is its own state word, which every reader compares, so a new slot can take its
+  // tag at the claim: a reader that sees the tag before the publish reads EMPTY and moves on. Wider
+  // keys are confirmed by their key words, which may still be an erased item's: their claim is
+  // tag 1 until the slot is published.
+  constexpr bool kTagAtClaim = A == Access::kMirror && T::Layout::kKeyIsState;
   // A warp of searches needs no insert targets: skip the occupancy ballots.
   const bool any_writes = __any_sync(kFullMask, single && op != Op::kSearch);
   // Phase 1.
@@ -202,8 +218,12 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   if (writes_new && !defer) {
     LaneSlot<T> ls;
     ls.level = t_level, ls.bucket = my_target_bucket, ls.slot = t_slot;
-    if constexpr (A == Access::kMirror) ls.tag_index = t.tag_index(t_level, my_target_bucket, t_slot);
-    claimed = claim_slot<A>(t, ls);
+    if constexpr (A == Access::kMirror) {
+      ls.tag_index = t.tag_index(t_level, my_target_bucket, t_slot);
+      claimed = claim_tag(t, ls.tag_index, found_slots.target_word, kTagAtClaim ? mine.tag : uint8_t{1});
+    } else {
+      claimed = claim_slot<A>(t, ls);
+    }
     if (!claimed) {
       defer = true;
       if (t.has_heap) release_cell(ctx, word);
@@ -229,9 +249,11 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   if (erases) t.writes.store(T::state_word(fb, f_slot), format::kSlotEmpty);
   t.writes.publish_barrier(A == Access::kMirror);
   if (claimed) t.writes.store(T::state_word(tb, t_slot), mine.published);
-  t.writes.barrier();
+  // In GPU memory a fence after the publish orders it before what hands a slot to other warps: an
+  // erase's tag clear, or a tag written after the publish.
+  if (t.writes.persistent || erases || (claimed && A == Access::kMirror && !kTagAtClaim)) t.writes.barrier();
   if constexpr (A == Access::kMirror) {
-    if (claimed) {
+    if (claimed && !kTagAtClaim) {
       unsigned shift;
       uint32_t* w = tag_word(t, t.tag_index(t_level, my_target_bucket, t_slot), &shift);
       atomicXor(w, uint32_t(1u ^ mine.tag) << shift);
@@ -266,20 +288,45 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     }
   }
 
-  // The serial warp-cooperative path: runs of several operations and deferred ones.
-  uint32_t work = __ballot_sync(kFullMask, (head && !single) || ((simple >> lane & 1) && defer));
-  WarpOps<A, T> ops{t, ctx, bv, lane, delta};
-  while (work) {
-    const int leader = __ffs(work) - 1;
-    work &= work - 1;
-    const size_t begin = __shfl_sync(kFullMask, pos, leader);
-    const size_t end = run_end(bv, begin, lane);
-    size_t resume = begin;
-    const RunResult r = ops.run(begin, end, SlowPathFlags{}, &resume);
-    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
+  // Runs of several operations and deferred ones go to the serial pass (serial_kernel), a kernel
+  // of its own: with the warp path inlined here this kernel needed 80 registers and spilled.
+  const bool serial = (head && !single) || ((simple >> lane & 1) && defer);
+  const uint32_t serial_lanes = __ballot_sync(kFullMask, serial);
+  if (serial_lanes) {
+    unsigned long long first = 0;
+    if (lane == __ffs(serial_lanes) - 1)
+      first = atomicAdd(&ctx.counters->serial_runs, static_cast<unsigned long long>(__popc(serial_lanes)));
+    first = __shfl_sync(kFullMask, first, __ffs(serial_lanes) - 1);
+    if (serial) bv.serial[first + __popc(serial_lanes & ((1u << lane) - 1))] = static_cast<uint32_t>(pos);
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) delta += __shfl_xor_sync(kFullMask, delta, o);
+  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
+}
+
+// The serial pass: the runs batch_kernel left (runs of several operations, and operations it
+// deferred), a warp per run, through the warp-cooperative path. Launched with a fixed grid after
+// batch_kernel, in stream order; warps take runs from a shared counter until none are left, so a
+// long run (a Zipf-hot key's) holds one warp while the others go on. What needs a free slot or
+// cell that this pass cannot find goes to the slow path.
+template <Access A, class T>
+__global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
+                                                     const __grid_constant__ BatchView bv) {
+  const int lane = threadIdx.x & 31;
+  const unsigned long long runs = *reinterpret_cast<volatile unsigned long long*>(&ctx.counters->serial_runs);
+  if (runs == 0) return;
+  long long delta = 0;
+  WarpOps<A, T> ops{t, ctx, bv, lane, delta};
+  for (;;) {
+    unsigned long long k = 0;
+    if (lane == 0) k = atomicAdd(&ctx.counters->serial_taken, 1ull);
+    k = __shfl_sync(kFullMask, k, 0);
+    if (k >= runs) break;
+    const size_t begin = bv.serial[k];
+    size_t resume = begin;
+    const RunResult r = ops.run(begin, run_end(bv, begin, lane), SlowPathFlags{}, &resume);
+    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
+  }
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }
 

@@ -580,6 +580,8 @@ class GpuEngine final : public Engine {
     pending_[0].reserve(n);
     pending_[1].reserve(n);
     bv.pending = pending_[0].get();
+    // The serial pass's list borrows the slow path's second buffer: the slow path starts after it.
+    bv.serial = pending_[1].get();
     return bv;
   }
 
@@ -839,9 +841,13 @@ class GpuEngine final : public Engine {
     switch (options_.gpu_kernels) {
       case GpuKernels::kWarp:
         batch_kernel<Access::kMirror><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        GPHASH_CUDA(cudaGetLastError());
+        serial_kernel<Access::kMirror><<<serial_grid<Access::kMirror>(), kBlock, 0, stream>>>(dt_, ctx_, bv);
         break;
       case GpuKernels::kWarpDirect:
         batch_kernel<Access::kDirect><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        GPHASH_CUDA(cudaGetLastError());
+        serial_kernel<Access::kDirect><<<serial_grid<Access::kDirect>(), kBlock, 0, stream>>>(dt_, ctx_, bv);
         break;
       case GpuKernels::kThread:
         thread_batch_kernel<<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
@@ -850,12 +856,27 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaGetLastError());
   }
 
+  // serial_kernel's grid: as many blocks as the GPU holds at once (its warps take runs until none
+  // are left; with none it ends at once).
+  template <Access A>
+  unsigned serial_grid() {
+    if (!serial_blocks_) {
+      int device = 0, sms = 0, per_sm = 0;
+      GPHASH_CUDA(cudaGetDevice(&device));
+      GPHASH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      GPHASH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, serial_kernel<A, T>, kBlock, 0));
+      serial_blocks_ = static_cast<unsigned>(sms) * static_cast<unsigned>(std::max(per_sm, 1));
+    }
+    return serial_blocks_;
+  }
+
   // Finishes the runs the parallel pass handed over, on the engine's own stream. Few runs without
   // a free slot at a moderate load: one warp, alone, moves items aside for them (displacement).
   // Otherwise the table or heap grows and the runs go through a parallel pass again. When the
   // pool cannot grow, runs fail with kTableFull / kHeapFull one operation at a time.
   void slow_path(BatchView& bv, cudaStream_t stream) {
     SlowPathFlags flags;
+    bool parallel_tried = false;
     int current = 0;  // pending_[current] holds the entries to finish
     uint64_t count = host_counters_.get()->pending;
     uint64_t need_slot = host_counters_.get()->pending_slot, need_cell = host_counters_.get()->pending_cell;
@@ -872,6 +893,19 @@ class GpuEngine final : public Engine {
           grew |= try_grow(&GpuEngine::resize, &flags.table_exhausted);
         else
           flags.table_exhausted = true;
+      }
+      // In GPU memory (no maintenance record: a crash loses the table anyway) runs that only need
+      // slots first displace in parallel, a warp per run (WarpOps::displace); runs of several keys
+      // and what still finds no slot then go to the one warp. At load 0.9 the one warp alone took
+      // 24 of the last insert batch's 29 ms (H100, gpu_bench --sections hbm).
+      if (displace && !parallel_tried && gpu_memory_ && options_.gpu_kernels == GpuKernels::kWarp && !need_cell) {
+        parallel_tried = true;
+        flags.allow_displacement = flags.parallel_moves = true;
+        rerun_pending(bv, current, count, count, flags, stream);
+        flags.allow_displacement = flags.parallel_moves = false;
+        need_slot = host_counters_.get()->pending_slot;
+        need_cell = host_counters_.get()->pending_cell;
+        continue;
       }
       if (displace) {
         // One warp, in order; it stops at a run it cannot serve and says why.
@@ -904,25 +938,33 @@ class GpuEngine final : public Engine {
       // Again in parallel; what still fails is collected in the other buffer. Runs waiting only
       // for cells rerun no more at a time than there are cells (a heap that could not grow):
       // the others are carried to the next round untouched, so the rounds stay linear.
-      const int next = 1 - current;
-      bv.pending = pending_[next].get();
       uint64_t run_now = count;
       if (need_cell && !need_slot && !flags.heap_exhausted) run_now = std::min(count, std::max<uint64_t>(available_cells(), 1));
-      const uint64_t carried = count - run_now;
-      if (carried)
-        GPHASH_CUDA(cudaMemcpyAsync(pending_[next].get(), pending_[current].get() + run_now, carried * 4,
-                                    cudaMemcpyDeviceToDevice, stream));
-      unsigned long long* waiting = reinterpret_cast<unsigned long long*>(&counters_init_.get()->pending);
-      waiting[0] = carried, waiting[1] = 0, waiting[2] = carried;  // pending, pending_slot, pending_cell
-      GPHASH_CUDA(cudaMemcpyAsync(&counters_->pending, waiting, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
-      launch_rerun(bv, pending_[current].get(), run_now, flags, stream);
-      read_counters(stream);
-      current = next;
-      count = host_counters_.get()->pending;
+      rerun_pending(bv, current, count, run_now, flags, stream);
       need_slot = host_counters_.get()->pending_slot;
       need_cell = host_counters_.get()->pending_cell;
     }
     stats_.displacements += host_counters_.get()->moves;
+  }
+
+  // Runs the first `run_now` of the `count` entries of pending_[current] again, a warp per run;
+  // the rest are carried over untouched (they wait for cells). What still fails is collected in
+  // the other buffer, which becomes current, and `count` becomes its size.
+  void rerun_pending(BatchView& bv, int& current, uint64_t& count, uint64_t run_now, const SlowPathFlags& flags,
+                     cudaStream_t stream) {
+    const int next = 1 - current;
+    bv.pending = pending_[next].get();
+    const uint64_t carried = count - run_now;
+    if (carried)
+      GPHASH_CUDA(cudaMemcpyAsync(pending_[next].get(), pending_[current].get() + run_now, carried * 4,
+                                  cudaMemcpyDeviceToDevice, stream));
+    unsigned long long* waiting = reinterpret_cast<unsigned long long*>(&counters_init_.get()->pending);
+    waiting[0] = carried, waiting[1] = 0, waiting[2] = carried;  // pending, pending_slot, pending_cell
+    GPHASH_CUDA(cudaMemcpyAsync(&counters_->pending, waiting, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
+    launch_rerun(bv, pending_[current].get(), run_now, flags, stream);
+    read_counters(stream);
+    current = next;
+    count = host_counters_.get()->pending;
   }
 
   // Runs a growth step; a pool (or GPU memory) that cannot grow sets `exhausted` instead of
@@ -1179,6 +1221,7 @@ class GpuEngine final : public Engine {
   DeviceBuffer<uint8_t> ops_, status_;
   DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
   DeviceBuffer<uint32_t> plan_writes_{1};  // plan(): whether a batch in GPU memory writes
+  unsigned serial_blocks_ = 0;              // serial_grid()
 #if GPHASH_CRASH_POINTS
   DeviceBuffer<CrashCountdown> countdown_;
 #endif

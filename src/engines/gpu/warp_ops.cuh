@@ -21,6 +21,7 @@ enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
 // What the slow path allows (it runs alone, one warp, between the batch's parallel passes).
 struct SlowPathFlags {
   bool allow_displacement = false;
+  bool parallel_moves = false;   // displacement by many warps at once (GpuEngine::slow_path says when)
   bool heap_exhausted = false;   // fail kHeapFull instead of asking for a larger heap
   bool table_exhausted = false;  // fail kTableFull instead of asking for a resize
 };
@@ -36,6 +37,7 @@ struct BatchView {
   const uint32_t* perm;       // sorted position -> operation index, or null (identity)
   const uint32_t* sort_keys;  // sorted hash prefixes marking runs, or null (every op alone)
   uint32_t* pending;          // positions handed to the slow path
+  uint32_t* serial;           // positions the batch kernel leaves to the serial pass
   uint32_t value_width;
 
   __device__ uint32_t op_index(size_t pos) const { return perm ? perm[pos] : static_cast<uint32_t>(pos); }
@@ -270,20 +272,29 @@ __device__ uint32_t* tag_word(const T& t, uint64_t tag_index, unsigned* shift) {
   return reinterpret_cast<uint32_t*>(t.tags + (tag_index & ~uint64_t{3}));
 }
 
+// A mirror tag 0 -> `tag` by CAS of its 32-bit word, starting from `expected` (the word as the
+// caller last saw it; a wrong guess costs one more CAS).
+template <class T>
+__device__ bool claim_tag(const T& t, uint64_t tag_index, uint32_t expected, uint8_t tag) {
+  unsigned shift;
+  uint32_t* w = tag_word(t, tag_index, &shift);
+  uint32_t old = expected;
+  for (;;) {
+    if ((old >> shift) & 0xFF) return false;
+    const uint32_t seen = atomicCAS(w, old, old | (uint32_t(tag) << shift));
+    if (seen == old) return true;
+    old = seen;
+  }
+}
+
 // EMPTY -> claimed. With the mirror the claim is a CAS in GPU memory (the GPU engine is the
-// pool's only writer); without it, a CAS of the slot's state word EMPTY -> INSERTING.
+// pool's only writer) to tag 1; without it, a CAS of the slot's state word EMPTY -> INSERTING.
 template <Access A, class T>
 __device__ bool claim_slot(const T& t, const LaneSlot<T>& ls) {
   if constexpr (A == Access::kMirror) {
     unsigned shift;
-    uint32_t* w = tag_word(t, ls.tag_index, &shift);
-    uint32_t old = *reinterpret_cast<volatile uint32_t*>(w);
-    for (;;) {
-      if ((old >> shift) & 0xFF) return false;
-      const uint32_t seen = atomicCAS(w, old, old | (1u << shift));
-      if (seen == old) return true;
-      old = seen;
-    }
+    const uint32_t* w = tag_word(t, ls.tag_index, &shift);
+    return claim_tag(t, ls.tag_index, *reinterpret_cast<const volatile uint32_t*>(w), 1);
   } else {
     return t.writes.claim(T::state_word(t.bucket(ls.level, ls.bucket), ls.slot));
   }
@@ -432,9 +443,13 @@ struct WarpOps {
   }
 
   // Moves one item out of the key's candidate buckets to a free slot among its own candidates.
-  // Slow path only (one warp runs alone). The maintenance record brackets the move so
-  // recovery can drop a second copy if a crash leaves both.
-  __device__ bool displace(const KeyProbe<T>& p, const LaneSlot<T>& ls) {
+  // The one-warp slow path runs alone; the maintenance record brackets the move so recovery can
+  // drop a second copy if a crash leaves both. With `parallel` (a table in GPU memory, no
+  // maintenance record, mirror access) many warps displace at once: a warp first locks the item's
+  // slot by turning its tag into 1 (claimed), so no other warp moves the same item, and checks that
+  // the slot still holds it. The item is invisible while it moves, which is why the parallel pass
+  // only runs runs of one absent key (run()): none of them looks for an item that exists.
+  __device__ bool displace(const KeyProbe<T>& p, const LaneSlot<T>& ls, bool parallel) {
     std::byte* b = t.bucket(ls.level, ls.bucket);
     const uint64_t state = ls.live ? load_volatile(T::state_word(b, ls.slot)) : 0;
     uint32_t items = __ballot_sync(kFullMask, format::is_published(state));
@@ -454,6 +469,7 @@ struct WarpOps {
       const LaneSlot<T> qs = lane_slot(t, q, lane);
       const WarpProbe qr = warp_probe<A>(t, q, qs, lane);
       if (qr.target < 0) continue;
+      if (parallel && !__any_sync(kFullMask, lane == src && lock_item(b, ls, q))) continue;
       const uint32_t from_level = __shfl_sync(kFullMask, ls.level, src);
       const uint64_t from_bucket = __shfl_sync(kFullMask, ls.bucket, src);
       const int from_slot = __shfl_sync(kFullMask, ls.slot, src);
@@ -472,7 +488,8 @@ struct WarpOps {
           t.writes.barrier();
         }
         link_slot<A>(t, qs.level, qs.bucket, qs.slot, qs.tag_index, q.key, q.published, q.tag, value);
-        clear_slot<A>(t, from_level, from_bucket, from_slot, from_tag, q.tag);
+        // A locked slot's tag is 1: clearing it is the same as clearing tag 1.
+        clear_slot<A>(t, from_level, from_bucket, from_slot, from_tag, parallel ? uint8_t{1} : q.tag);
         if (t.maintenance) {
           t.writes.store(&t.maintenance[0], format::kMoveIdle);
           t.writes.barrier();
@@ -481,8 +498,42 @@ struct WarpOps {
         moved = true;
       }
       if (__any_sync(kFullMask, moved)) return true;
+      if (parallel && lane == src) unlock_item(ls, q);  // another warp took q's free slot
     }
     return false;
+  }
+
+  // Parallel displacement's lock on an item's slot: its tag q.tag -> 1 by CAS, kept only if the
+  // slot still holds q (it may have moved away and another item with the same tag come in).
+  __device__ bool lock_item(std::byte* b, const LaneSlot<T>& ls, const KeyProbe<T>& q) {
+    if constexpr (A != Access::kMirror) {
+      return false;  // the host runs parallel displacement with the mirror only
+    } else {
+      unsigned shift;
+      uint32_t* w = tag_word(t, ls.tag_index, &shift);
+      uint32_t word = *reinterpret_cast<const volatile uint32_t*>(w);
+      for (;;) {
+        if (((word >> shift) & 0xFF) != q.tag) return false;
+        const uint32_t seen = atomicCAS(w, word, (word & ~(0xFFu << shift)) | (1u << shift));
+        if (seen == word) break;
+        word = seen;  // a neighbouring tag changed
+      }
+      // The tag's writer fenced the slot's words before it; this fence keeps the loads below after
+      // the CAS that saw it.
+      __threadfence();
+      bool holds = load_volatile(T::state_word(b, ls.slot)) == q.published;
+      if constexpr (!T::Layout::kKeyIsState) {
+#pragma unroll
+        for (int w = 0; w < T::kKeyWords; ++w) holds &= load_volatile(T::key_words(b, ls.slot) + w) == q.key[w];
+      }
+      if (!holds) unlock_item(ls, q);
+      return holds;
+    }
+  }
+  __device__ void unlock_item(const LaneSlot<T>& ls, const KeyProbe<T>& q) {
+    unsigned shift;
+    uint32_t* w = tag_word(t, ls.tag_index, &shift);
+    atomicXor(w, uint32_t(1u ^ q.tag) << shift);  // 1 -> q.tag
   }
 
   // Inserts a key known to be absent, with the value of operation `i`.
@@ -490,9 +541,13 @@ struct WarpOps {
                                   const SlowPathFlags& flags, bool* failed_full) {
     uint64_t word = 0;
     bool have_word = false;
+    // Parallel displacement can hand a freed slot to another warp's key, or move an item back:
+    // after a few moves the run goes to the one-warp path instead of chasing slots.
+    int moves_left = 8;
     for (;;) {
       if (r.target < 0) {
-        if (flags.allow_displacement && displace(p, ls)) {
+        if (flags.allow_displacement && (!flags.parallel_moves || moves_left-- > 0) &&
+            displace(p, ls, flags.parallel_moves)) {
           r = warp_probe<A>(t, p, ls, lane);
           continue;
         }
@@ -636,6 +691,11 @@ struct WarpOps {
     if (uniform) {
       *resume = begin;
       return group(p, begin, end, flags);
+    }
+    // Runs of several keys may touch items that exist, which parallel displacement may be moving.
+    if (flags.parallel_moves) {
+      *resume = begin;
+      return RunResult::kNeedSlot;
     }
     for (size_t pos = begin; pos < end; ++pos) {
       KeyProbe<T> q;
