@@ -840,12 +840,16 @@ class GpuEngine final : public Engine {
   void launch_batch(const BatchView& bv, cudaStream_t stream) {
     switch (options_.gpu_kernels) {
       case GpuKernels::kWarp:
-        batch_kernel<Access::kMirror><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        if (!gpu_memory_) {  // host-mapped: the serial runs inline (batch_kernel says why)
+          batch_kernel<Access::kMirror, T, true><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+          break;
+        }
+        batch_kernel<Access::kMirror, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         GPHASH_CUDA(cudaGetLastError());
         serial_kernel<Access::kMirror><<<serial_grid<Access::kMirror>(), kBlock, 0, stream>>>(dt_, ctx_, bv);
         break;
-      case GpuKernels::kWarpDirect:
-        batch_kernel<Access::kDirect><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+      case GpuKernels::kWarpDirect:  // a comparison kernel: one variant
+        batch_kernel<Access::kDirect, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         GPHASH_CUDA(cudaGetLastError());
         serial_kernel<Access::kDirect><<<serial_grid<Access::kDirect>(), kBlock, 0, stream>>>(dt_, ctx_, bv);
         break;
