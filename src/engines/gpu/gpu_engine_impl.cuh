@@ -1245,15 +1245,11 @@ class GpuEngine final : public Engine {
   BucketCache<T> cache_;
 };
 
-// The engine for one shape, any key width.
-template <class ShapeT>
-std::unique_ptr<Engine> make_gpu_engine_for(pool::Pool& pool, const OpenOptions& options, uint32_t key_width) {
-  switch (key_width) {
-    case 8: return std::make_unique<GpuEngine<ShapeT, 8>>(pool, options);
-    case 16: return std::make_unique<GpuEngine<ShapeT, 16>>(pool, options);
-    case 32: return std::make_unique<GpuEngine<ShapeT, 32>>(pool, options);
-  }
-  throw Error(ErrorCode::kInvalidArgument, "key width " + std::to_string(key_width) + " is not compiled in");
+// The engine for one shape and key width; each is instantiated in a translation unit of its own
+// (src/engines/gpu/CMakeLists.txt).
+template <int L, int H, int S, int KeyWidth>
+std::unique_ptr<Engine> make_gpu_engine_instance(pool::Pool& pool, const OpenOptions& options) {
+  return std::make_unique<GpuEngine<format::Shape<L, H, S>, KeyWidth>>(pool, options);
 }
 
 }  // namespace gphash::engine::gpu
