@@ -18,7 +18,8 @@ enum class Access { kMirror, kDirect };
 
 enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
 
-// What the slow path allows (it runs alone, one warp, between the batch's parallel passes).
+// What the slow path allows (it runs between the batch's parallel passes: one warp alone, or in
+// GPU memory first a warp per run; GpuEngine::slow_path).
 struct SlowPathFlags {
   bool allow_displacement = false;
   bool parallel_moves = false;   // displacement by many warps at once (GpuEngine::slow_path says when)
