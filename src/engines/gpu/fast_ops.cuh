@@ -108,6 +108,90 @@ __device__ __forceinline__ Candidates scan_candidates(const T& t, const KeyProbe
   return mine_found;
 }
 
+// A bucket's S tags in one load (tag_index(level, b, 0) is S-aligned).
+template <class T>
+__device__ __forceinline__ uint64_t bucket_tags(const T& t, uint32_t level, uint64_t b) {
+  static_assert(T::S == 4 || T::S == 8, "a bucket's tags in one load");
+  const uint8_t* tags = t.tags + t.tag_index(level, b, 0);
+  return T::S == 8 ? __ldcg(reinterpret_cast<const unsigned long long*>(tags)) : __ldcg(reinterpret_cast<const unsigned int*>(tags));
+}
+
+// The first slot of a bucket whose tag is p's and whose slot holds p's key, or -1.
+template <class T>
+__device__ __forceinline__ int confirm_in_bucket(const T& t, const KeyProbe<T>& p, uint64_t tags, std::byte* b, uint64_t& value) {
+#pragma unroll
+  for (int s = 0; s < T::S; ++s) {
+    if (uint8_t(tags >> (8 * s)) != p.tag) continue;
+    if constexpr (T::Layout::kKeyIsState) {
+      const SlotWords w = load_volatile_slot(T::state_word(b, s));
+      if (w.state != p.published) continue;
+      value = w.value;
+    } else {
+      const uint64_t* k = T::key_words(b, s);
+      bool match = true;
+#pragma unroll
+      for (int x = 0; x < T::kKeyWords; ++x) match &= k[x] == p.key[x];
+      if (!match) continue;
+      value = load_volatile(T::value_word(b, s));
+    }
+    return s;
+  }
+  return -1;
+}
+
+// A search in GPU memory by its own lane: the lane reads its candidate buckets' tags and confirms
+// matches in the valid-copy order (format/probe.h: top level first, then the lowest bucket), so
+// its first confirmed match is the copy a probe of all candidates would call valid. Phase 1 reads
+// the same tags with a warp per operation, 8 operations in flight, in four rounds; here the 32
+// operations of a warp are in flight at once. The first bucket of that order (the top level's
+// lowest) is read alone first: it holds about half the keys, and those need no other read.
+// H100, 100.7 M slots, 2^24 searches (2026-11-28, against phase 1 in the same call): positive
+// 7.38 -> 8.03 G/s at load 0.5, 7.11 -> 8.01 at 0.9; negative 8.21 -> 13.55 and 7.81 -> 12.28. All
+// buckets at once: positive 7.46-7.51, negative alike.
+template <class T>
+__device__ __forceinline__ bool find_by_lane(const T& t, const KeyProbe<T>& p, uint32_t& level, uint64_t& bucket, int& slot,
+                                             uint64_t& value) {
+  constexpr int L = T::L, H = T::H;
+  uint64_t b[L][H], tags[L][H];
+#pragma unroll
+  for (int d = 0; d < L; ++d) {
+#pragma unroll
+    for (int j = 0; j < H; ++j) b[d][j] = format::bucket_at(p.hash[j], t.bottom + d);
+#pragma unroll
+    for (int x = 0; x < H; ++x)  // ascending: the valid-copy order within a level
+#pragma unroll
+      for (int j = 0; j + 1 < H - x; ++j)
+        if (b[d][j] > b[d][j + 1]) {
+          const uint64_t tmp = b[d][j];
+          b[d][j] = b[d][j + 1];
+          b[d][j + 1] = tmp;
+        }
+  }
+  auto load = [&](int d, int j) {
+    // A bucket two hashes name is read once.
+    tags[d][j] = j > 0 && b[d][j] == b[d][j - 1] ? 0 : bucket_tags(t, t.bottom + d, b[d][j]);
+  };
+  auto look = [&](int d, int j) {
+    const int s = confirm_in_bucket(t, p, tags[d][j], t.bucket(t.bottom + d, b[d][j]), value);
+    if (s < 0) return false;
+    level = t.bottom + d, bucket = b[d][j], slot = s;
+    return true;
+  };
+  load(L - 1, 0);
+  if (look(L - 1, 0)) return true;
+#pragma unroll
+  for (int d = L - 1; d >= 0; --d)
+#pragma unroll
+    for (int j = 0; j < H; ++j)
+      if (d != L - 1 || j != 0) load(d, j);
+#pragma unroll
+  for (int d = L - 1; d >= 0; --d)
+#pragma unroll
+    for (int j = 0; j < H; ++j)
+      if ((d != L - 1 || j != 0) && look(d, j)) return true;
+  return false;
+}
+
 // 3 blocks of 256 per SM (80 registers). At 4 (64 registers, some spills) searches gained 4% and
 // inserts lost 11% (H100, gpu_bench --sections hbm, 2026-11-25).
 // kInlineSerial: the warp finishes its own serial runs (below) instead of listing them for
@@ -136,18 +220,28 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   constexpr bool kTagAtClaim = A == Access::kMirror && T::Layout::kKeyIsState;
   // A warp of searches needs no insert targets: skip the occupancy ballots.
   const bool any_writes = __any_sync(kFullMask, single && op != Op::kSearch);
-  // Phase 1.
-  const Candidates found_slots = scan_candidates<A>(t, mine, simple, any_writes, lane);
-  const uint32_t my_candidates = found_slots.lanes;
-  const int my_target = found_slots.target;
-  const uint64_t my_target_bucket = found_slots.target_bucket;
-
-  // Phase 2: each lane its own operation.
   bool defer = false, found = false;
   uint32_t f_level = 0;
   uint64_t f_bucket = 0, f_value = 0;
   int f_slot = 0, matches = 0;
   std::byte* f_line = nullptr;  // the found bucket's BktCache line, if it is cached
+  // A warp of searches in GPU memory searches by lane. Not in a host-mapped table: its reads are
+  // the slots' PCIe reads, which this does not save. Nor beside writes, which run phase 1 anyway:
+  // searching by lane in such warps too, YCSB A and B ran 7% and 4% slower, C 12% faster (H100,
+  // GPU memory, 8-byte keys, 2^16 batches, one run each).
+  bool by_lane = false;
+  if constexpr (A == Access::kMirror)
+    if (!t.writes.persistent && !any_writes && (simple >> lane & 1)) {
+      by_lane = true;
+      found = find_by_lane(t, mine, f_level, f_bucket, f_slot, f_value);
+    }
+  // Phase 1.
+  const Candidates found_slots = scan_candidates<A>(t, mine, simple & ~__ballot_sync(kFullMask, by_lane), any_writes, lane);
+  const uint32_t my_candidates = found_slots.lanes;
+  const int my_target = found_slots.target;
+  const uint64_t my_target_bucket = found_slots.target_bucket;
+
+  // Phase 2: each lane its own operation.
   if (simple >> lane & 1) {
     uint64_t best_rank = ~0ull;
     for (uint32_t c = my_candidates; c; c &= c - 1) {
@@ -177,11 +271,11 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       if (rank < best_rank)
         best_rank = rank, f_level = clevel, f_bucket = cb, f_slot = cp.slot, f_line = line, f_value = value_word;
     }
-    found = matches > 0;
+    if (!by_lane) found = matches > 0;
     if (matches > 1) defer = true;  // duplicates: the serial path removes them
     // The value word, unless it came with the state word (a key of one word, read through the mirror).
     constexpr bool kValueRead = T::Layout::kKeyIsState && A == Access::kMirror;
-    if (found && !defer && !kValueRead)
+    if (found && !defer && !kValueRead && !by_lane)
       f_value = load_volatile(T::value_word(f_line ? f_line : t.bucket(f_level, f_bucket), f_slot));
     if (found && !defer) t.writes.cache.record(pos, f_level, f_bucket);
     if (!defer) {
