@@ -29,6 +29,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -118,8 +119,15 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
   json rows = json::array();
   // cuCollections' static_map (linear_probing<1>) with the same slots, keys and batches, run beside
   // this section on the same H100 on 2026-11-27 (bench/results/2026-11-27-h100-displacement): the
-  // "x cuco" ratios printed are against those figures, not against a peer run here.
+  // "x cuco" ratios printed are against those figures, not against a peer run here, and only on an
+  // H100 (cuco ran 20-28% faster at load 0.5 on an H200: bench/results/2026-11-28-search-by-lane).
   const double cuco[4][3] = {{9.66, 16.85, 19.05}, {7.03, 7.63, 4.98}, {1.98, 3.13, 1.24}, {0.46, 1.19, 0.27}};
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device");
+  const bool reference_gpu = std::string_view(prop.name).find("H100") != std::string_view::npos;
+  auto vs_cuco = [&](double rate, double reference) {
+    return reference_gpu ? fmt::format("{:.2f}x cuco", rate / reference) : std::string("cuco's figures are an H100's");
+  };
   const double lfs[4] = {0.5, 0.8, 0.9, 0.95};
   for (int phase = 0; phase < 4; ++phase) {
     const uint64_t target = static_cast<uint64_t>(lfs[phase] * slots);
@@ -151,10 +159,10 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
     const size_t phantom = count_not(status.ptr, n, OpStatus::kNotFound);
     info = t.info();
     const double ins_rate = phase_inserts / insert_seconds / 1e9, hit_rate = n / hit / 1e9, miss_rate = n / miss / 1e9;
-    say(fmt::format("hbm: load {:.2f}: insert {:.2f} G/s ({:.2f}x cuco), search {:.2f} G/s ({:.2f}x), negative "
-                    "{:.2f} G/s ({:.2f}x); failed inserts {}, missing {}, phantom {}, resizes {}, displacements {}",
-                    info.load_factor, ins_rate, ins_rate / cuco[phase][0], hit_rate, hit_rate / cuco[phase][1],
-                    miss_rate, miss_rate / cuco[phase][2], failed, missing, phantom, info.resizes, info.displacements));
+    say(fmt::format("hbm: load {:.2f}: insert {:.2f} G/s ({}), search {:.2f} G/s ({}), negative "
+                    "{:.2f} G/s ({}); failed inserts {}, missing {}, phantom {}, resizes {}, displacements {}",
+                    info.load_factor, ins_rate, vs_cuco(ins_rate, cuco[phase][0]), hit_rate, vs_cuco(hit_rate, cuco[phase][1]),
+                    miss_rate, vs_cuco(miss_rate, cuco[phase][2]), failed, missing, phantom, info.resizes, info.displacements));
     say(fmt::format("hbm:   last insert batch: plan {:.2f} ms, kernel {:.2f} ms, slow path {:.2f} ms", 1e3 * last_plan,
                     1e3 * last_kernel, 1e3 * last_slow));
     say(fmt::format("hbm:   search batch: kernel {:.3f} ms, plan {:.3f} ms, after the kernel {:.3f} ms; wall {:.3f} ms",
