@@ -192,6 +192,80 @@ __device__ __forceinline__ bool find_by_lane(const T& t, const KeyProbe<T>& p, u
   return false;
 }
 
+// Bit 8k+7 set for each zero byte k of x (bytes past S are not looked at by the callers).
+__device__ __forceinline__ uint64_t zero_bytes(uint64_t x) {
+  constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full;
+  return ~(((x & kLow7) + kLow7) | x | kLow7);
+}
+
+// Any operation in GPU memory by its own lane (a write's probe; searches beside no writes take
+// find_by_lane): the lane reads all its candidate buckets' tags at once and finds, as phase 1 and
+// phase 2 would for it, its key's copies (the valid one, by copy rank, and how many) and its
+// insert target (format::target_score: the least-loaded bucket with a free slot, its first free
+// slot, as a candidate lane number with the 4-tag word around it). Returns the number of copies.
+// Phase 1 spends the whole warp's instructions on one operation at a time (ballots for the target,
+// shuffles of its bucket and tag word): with it an insert batch's kernel executed 135 warp
+// instructions per insert. By lane, the kernel of a 2^24 insert batch took 5.22 ms instead of
+// 6.09 (H200, load 0.33 -> 0.5; bench/results/2026-11-28-writes-by-lane): what remains looks
+// bound by its random accesses, not by issue.
+template <class T>
+__device__ __forceinline__ int probe_by_lane(const T& t, const KeyProbe<T>& p, Candidates& target, uint32_t& level,
+                                             uint64_t& bucket, int& slot, uint64_t& value) {
+  constexpr int L = T::L, H = T::H, S = T::S;
+  constexpr uint64_t kSlots = S == 8 ? ~0ull : 0xFFFFFFFFull;
+  // Bucket numbers are recomputed where used (a shift each) rather than kept: registers are what
+  // bounds the kernel (80 a thread for 3 blocks an SM; more spilled and slowed its searches).
+  uint64_t tags[L][H];
+#pragma unroll
+  for (int d = 0; d < L; ++d)
+#pragma unroll
+    for (int j = 0; j < H; ++j) tags[d][j] = bucket_tags(t, t.bottom + d, format::bucket_at(p.hash[j], t.bottom + d));
+  target = Candidates{};
+  int copies = 0;
+  uint64_t best_rank = ~0ull;
+  uint32_t best_score = ~0u;
+#pragma unroll
+  for (int d = 0; d < L; ++d)
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+      const uint32_t lvl = t.bottom + d;
+      const uint64_t b = format::bucket_at(p.hash[j], lvl);
+      if (format::repeated_bucket(p.hash, lvl, j, b)) continue;
+      for (uint64_t m = zero_bytes(tags[d][j] ^ (0x0101010101010101ull * p.tag)) & kSlots; m; m &= m - 1) {
+        const int s = (__ffsll(static_cast<long long>(m)) - 1) / 8;
+        std::byte* bk = t.bucket(lvl, b);
+        uint64_t v;
+        bool match;
+        if constexpr (T::Layout::kKeyIsState) {
+          const SlotWords w = load_volatile_slot(T::state_word(bk, s));
+          match = w.state == p.published;
+          v = w.value;
+        } else {
+          const uint64_t* k = T::key_words(bk, s);
+          match = true;
+#pragma unroll
+          for (int x = 0; x < T::kKeyWords; ++x) match &= k[x] == p.key[x];
+          v = match ? load_volatile(T::value_word(bk, s)) : 0;
+        }
+        if (!match) continue;
+        ++copies;
+        const uint64_t rank = format::copy_rank(lvl, b, s);
+        if (rank < best_rank) best_rank = rank, level = lvl, bucket = b, slot = s, value = v;
+      }
+      const uint64_t empty = zero_bytes(tags[d][j]) & kSlots;
+      if (!empty) continue;
+      const uint32_t score = format::target_score(S - __popcll(empty), d, j, L);
+      if (score < best_score) {
+        const int s = (__ffsll(static_cast<long long>(empty)) - 1) / 8;
+        best_score = score;
+        target.target = j * (S * L) + d * S + s;
+        target.target_bucket = b;
+        target.target_word = uint32_t(tags[d][j] >> (32 * (s / 4)));
+      }
+    }
+  return copies;
+}
+
 // 3 blocks of 256 per SM (80 registers). At 4 (64 registers, some spills) searches gained 4% and
 // inserts lost 11% (H100, gpu_bench --sections hbm, 2026-11-25).
 // kInlineSerial: the warp finishes its own serial runs (below) instead of listing them for
@@ -225,21 +299,22 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   uint64_t f_bucket = 0, f_value = 0;
   int f_slot = 0, matches = 0;
   std::byte* f_line = nullptr;  // the found bucket's BktCache line, if it is cached
-  // A warp of searches in GPU memory searches by lane. Not in a host-mapped table: its reads are
-  // the slots' PCIe reads, which this does not save. Nor beside writes, which run phase 1 anyway:
-  // searching by lane in such warps too, YCSB A and B ran 7% and 4% slower, C 12% faster (H100,
-  // GPU memory, 8-byte keys, 2^16 batches, one run each).
-  bool by_lane = false;
-  if constexpr (A == Access::kMirror)
-    if (!t.writes.persistent && !any_writes && (simple >> lane & 1)) {
-      by_lane = true;
+  // In GPU memory every operation probes by its own lane: a warp of searches with find_by_lane,
+  // any other warp with probe_by_lane (one code path for the whole warp). Not in a host-mapped
+  // table: its reads are the slots' PCIe reads, which phase 1 reads no more of than this does.
+  const bool by_lane = A == Access::kMirror && !t.writes.persistent && (simple >> lane & 1);
+  // Phase 1 (every lane calls it: it is warp-synchronous; it skips the lanes that probe by lane).
+  Candidates found_slots = scan_candidates<A>(t, mine, simple & ~__ballot_sync(kFullMask, by_lane), any_writes, lane);
+  if (by_lane) {
+    if (!any_writes) {
       found = find_by_lane(t, mine, f_level, f_bucket, f_slot, f_value);
+    } else {
+      matches = probe_by_lane(t, mine, found_slots, f_level, f_bucket, f_slot, f_value);
+      found = matches > 0;
     }
-  // Phase 1.
-  const Candidates found_slots = scan_candidates<A>(t, mine, simple & ~__ballot_sync(kFullMask, by_lane), any_writes, lane);
+  }
   const uint32_t my_candidates = found_slots.lanes;
   const int my_target = found_slots.target;
-  const uint64_t my_target_bucket = found_slots.target_bucket;
 
   // Phase 2: each lane its own operation.
   if (simple >> lane & 1) {
@@ -308,17 +383,21 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     if (fills && t.value_checksums) t.writes.store(t.cell_checksum(word), t.checksum_of(bv.value(i), mine.hash[0]));
     t.writes.barrier();
   }
-  // Claims and new slots.
+  // Claims and new slots. With the mirror, an insert that finds its target slot taken by another
+  // warp takes the next free slot of the same mirror word, if any, instead of deferring.
   const format::CandidatePosition tp = format::candidate_position(my_target < 0 ? 0 : my_target, T::L, T::S);
   const uint32_t t_level = t.bottom + tp.d;
-  const int t_slot = tp.slot;
+  const uint64_t t_bucket = found_slots.target_bucket;
+  int t_slot = tp.slot;
   bool claimed = false;
   if (writes_new && !defer) {
     LaneSlot<T> ls;
-    ls.level = t_level, ls.bucket = my_target_bucket, ls.slot = t_slot;
+    ls.level = t_level, ls.bucket = t_bucket, ls.slot = t_slot;
     if constexpr (A == Access::kMirror) {
-      ls.tag_index = t.tag_index(t_level, my_target_bucket, t_slot);
-      claimed = claim_tag(t, ls.tag_index, found_slots.target_word, kTagAtClaim ? mine.tag : uint8_t{1});
+      const uint64_t first = t.tag_index(t_level, t_bucket, 0);
+      const uint64_t taken = claim_free_tag(t, first + t_slot, found_slots.target_word, kTagAtClaim ? mine.tag : uint8_t{1});
+      claimed = taken != ~uint64_t{0};
+      if (claimed) t_slot = int(taken - first);
     } else {
       claimed = claim_slot<A>(t, ls);
     }
@@ -327,7 +406,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       if (t.has_heap) release_cell(ctx, word);
     }
   }
-  std::byte* tb = claimed ? t.bucket(t_level, my_target_bucket) : nullptr;
+  std::byte* tb = claimed ? t.bucket(t_level, t_bucket) : nullptr;
   if (claimed) {
     if constexpr (!T::Layout::kKeyIsState) {
       uint64_t* k = T::key_words(tb, t_slot);
@@ -336,7 +415,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     }
     t.writes.store(T::value_word(tb, t_slot), word);
     if (t.has_heap) t.writes.cache.put_value(tb, t_slot, word, bv.value(i), bv.value_width);
-    t.writes.cache.record(pos, t_level, my_target_bucket);
+    t.writes.cache.record(pos, t_level, t_bucket);
   }
   // Updates and erases of found copies.
   std::byte* fb = (writes_value || erases) && !defer ? t.bucket(f_level, f_bucket) : nullptr;
@@ -353,7 +432,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   if constexpr (A == Access::kMirror) {
     if (claimed && !kTagAtClaim) {
       unsigned shift;
-      uint32_t* w = tag_word(t, t.tag_index(t_level, my_target_bucket, t_slot), &shift);
+      uint32_t* w = tag_word(t, t.tag_index(t_level, t_bucket, t_slot), &shift);
       atomicXor(w, uint32_t(1u ^ mine.tag) << shift);
     }
     if (erases) {

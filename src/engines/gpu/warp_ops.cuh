@@ -288,6 +288,26 @@ __device__ bool claim_tag(const T& t, uint64_t tag_index, uint32_t expected, uin
   }
 }
 
+// The first free tag of a mirror word -> `tag` by CAS, starting from `expected`: the tag at
+// `tag_index` if it is still free, else the next free one of its word (a later slot of the same
+// bucket: the slot the insert rule picks once the first is taken). Returns the slot's tag index,
+// or ~0 when the word has no free tag left.
+template <class T>
+__device__ uint64_t claim_free_tag(const T& t, uint64_t tag_index, uint32_t expected, uint8_t tag) {
+  unsigned shift;
+  uint32_t* w = tag_word(t, tag_index, &shift);
+  uint32_t old = expected;
+  for (;;) {
+    constexpr uint32_t kLow7 = 0x7F7F7F7Fu;
+    const uint32_t free = ~(((old & kLow7) + kLow7) | old | kLow7) >> shift << shift;  // at or after the target
+    if (!free) return ~uint64_t{0};
+    const unsigned at = unsigned(__ffs(free) - 1) & ~7u;
+    const uint32_t seen = atomicCAS(w, old, old | (uint32_t(tag) << at));
+    if (seen == old) return (tag_index & ~uint64_t{3}) + at / 8;
+    old = seen;
+  }
+}
+
 // EMPTY -> claimed. With the mirror the claim is a CAS in GPU memory (the GPU engine is the
 // pool's only writer) to tag 1; without it, a CAS of the slot's state word EMPTY -> INSERTING.
 template <Access A, class T>
