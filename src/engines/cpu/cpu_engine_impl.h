@@ -148,12 +148,16 @@ class CpuEngine final : public Engine {
     if (n == 0) return;
     const int threads = static_cast<int>(std::min<size_t>(std::min(threads_, BatchShards::kMaxThreads),
                                                           (n + kMinOpsPerThread - 1) / kMinOpsPerThread));
-    // Shard by key so all operations on one key run on one thread, in batch order.
-    BatchShards shards(batch, threads, run_threads, [&](size_t i) {
-      Probe p;
-      table_.prepare(p, key_of(batch, i));
-      return static_cast<uint32_t>(((p.hash[0] >> 32) * static_cast<uint64_t>(threads)) >> 32);
-    });
+    // Shard by key so all operations on one key run on one thread, in batch order; searches alone
+    // run in order (an owner gives no locality here: a key's buckets lie all over the table).
+    BatchShards shards(
+        batch, threads, run_threads,
+        [&](size_t i) {
+          Probe p;
+          table_.prepare(p, key_of(batch, i));
+          return static_cast<uint32_t>(((p.hash[0] >> 32) * static_cast<uint64_t>(threads)) >> 32);
+        },
+        BatchShards::Searches::kInOrder);
     std::vector<Padded> deltas(threads_);
     std::vector<Deferred> deferred(threads);
     Exhausted exhausted;

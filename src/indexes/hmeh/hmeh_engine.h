@@ -335,11 +335,15 @@ class HmehEngine final : public Index {
     const size_t n = b.size;
     if (n == 0) return;
     const int threads = static_cast<int>(std::min<size_t>(threads_, (n + kMinOpsPerThread - 1) / kMinOpsPerThread));
-    BatchShards shards(b, threads, [](int k, auto&& f) { run_parallel(k, f); }, [&](size_t i) {
-      Probe p;
-      prepare(p, key_of(b, i));
-      return owner_of(p.hash, threads);
-    });
+    // By prefix, owners give locality to searches too (batch_shards.h); remixed, they give none.
+    BatchShards shards(
+        b, threads, [](int k, auto&& f) { run_parallel(k, f); },
+        [&](size_t i) {
+          Probe p;
+          prepare(p, key_of(b, i));
+          return owner_of(p.hash, threads);
+        },
+        shard_by_prefix_ ? BatchShards::Searches::kByOwner : BatchShards::Searches::kInOrder);
     std::vector<PaddedCount> deltas(threads_);
     bool stopped;
     do {  // rounds: each thread runs its shard until an operation needs the heap to grow
