@@ -27,10 +27,13 @@ struct Filled {
   OpStatus failure = OpStatus::kOk;
 };
 
-Filled fill_until_full(const std::string& path, uint32_t value_width, EngineKind engine) {
+Filled fill_until_full(const std::string& path, uint32_t value_width, EngineKind engine,
+                       IndexKind index = IndexKind::kGphash) {
   OpenOptions o;
   o.engine = engine;
-  Table t = Table::create(path, {8, value_width, {}, 1024, 11}, o);
+  TableConfig config{8, value_width, {}, 1024, 11};
+  config.index = index;
+  Table t = Table::create(path, config, o);
   Filled f;
   for (uint64_t first = 1; f.failure == OpStatus::kOk && first < (uint64_t{1} << 32); first += 20000) {
     const auto keys = key_range(first, 20000);
@@ -45,9 +48,10 @@ Filled fill_until_full(const std::string& path, uint32_t value_width, EngineKind
   return f;
 }
 
-void expect_full_pool_intact(const std::string& dir, uint32_t value_width, OpStatus expected_failure) {
+void expect_full_pool_intact(const std::string& dir, uint32_t value_width, OpStatus expected_failure,
+                             IndexKind index = IndexKind::kGphash) {
   const std::string path = dir + "/fault-" + std::to_string(value_width);
-  const Filled f = fill_until_full(path, value_width, EngineKind::kCpu);
+  const Filled f = fill_until_full(path, value_width, EngineKind::kCpu, index);
   EXPECT_EQ(f.failure, expected_failure) << to_string(f.failure);
   ASSERT_GT(f.acknowledged.size(), 1000u);
   const CheckResult c = Table::check_pool(path);
@@ -74,6 +78,14 @@ TEST(FullFileSystem, ResizeThatFindsNoSpaceFailsOnlyTheInsertsThatNeedIt) {
 TEST(FullFileSystem, HeapGrowthThatFindsNoSpaceFailsOnlyTheWritesThatNeedIt) {
   if (small_tmpfs().empty()) GTEST_SKIP() << "run through tests/small_tmpfs.sh";
   expect_full_pool_intact(small_tmpfs(), 512, OpStatus::kHeapFull);
+}
+
+// HMEH's segment arena grows without populating its chunk; each segment is populated when a split
+// takes it. A full file system must still fail the split (kTableFull), not kill the process with
+// a SIGBUS on its first store.
+TEST(FullFileSystem, HmehSplitThatFindsNoSpaceFailsOnlyTheInsertsThatNeedIt) {
+  if (small_tmpfs().empty()) GTEST_SKIP() << "run through tests/small_tmpfs.sh";
+  expect_full_pool_intact(small_tmpfs(), 8, OpStatus::kTableFull, IndexKind::kHmeh);
 }
 
 }  // namespace

@@ -385,7 +385,7 @@ int populate_pages(std::byte* p, uint64_t bytes) {
 
 }  // namespace
 
-void Pool::grow_file(uint64_t new_size) {
+void Pool::grow_file(uint64_t new_size, Populate populate) {
   if (new_size <= file_size_) return;
   if (read_only_ || copy_on_write_)
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only (or as a private view) and cannot grow", path_));
@@ -402,7 +402,7 @@ void Pool::grow_file(uint64_t new_size) {
   if ((kind_ == PoolKind::kShm || kind_ == PoolKind::kMemory) && ftruncate(fd_, static_cast<off_t>(new_size)) == 0) {
     if (mmap(grown, added, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(old_size)) == MAP_FAILED)
       io_error("cannot map the grown part of pool", path_, errno);
-    const int err = populate_pages(grown, added);
+    const int err = populate == Populate::kByCaller ? 0 : populate_pages(grown, added);
     if (err == 0) {
       file_size_ = new_size;
       return;
@@ -605,7 +605,7 @@ void Pool::write_initial_header(PoolHeader h) {
   sync();
 }
 
-uint64_t Pool::allocate_extent(PoolHeader& h, uint64_t bytes) {
+uint64_t Pool::allocate_extent(PoolHeader& h, uint64_t bytes, Populate populate) {
   const uint64_t align = uint64_t{1} << h.extent_align_log2;
   const uint64_t offset = align_up(h.pool_used, align);
   const uint64_t end = align_up(offset + bytes, align);
@@ -619,10 +619,26 @@ uint64_t Pool::allocate_extent(PoolHeader& h, uint64_t bytes) {
     // leaves every page no snapshot wrote, so it needs no mark.)
     dirty_pages_->mark(offset, stale_end - offset);
   }
-  grow_file(end);
+  grow_file(end, populate);
   h.pool_used = offset + bytes;
   h.pool_size = std::max(h.pool_size, end);
   return offset;
+}
+
+void Pool::populate(void* p, uint64_t n) const {
+  if (kind_ != PoolKind::kShm && kind_ != PoolKind::kMemory) return;  // fallocate gave the blocks
+  // madvise takes whole pages; extents are page aligned.
+  auto* first = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095});
+  const uint64_t bytes = align_up(static_cast<uint64_t>(static_cast<std::byte*>(p) + n - first), 4096);
+  if (madvise(first, bytes, MADV_POPULATE_WRITE) == 0) return;
+  int err = errno;
+  if (err == EINVAL) {  // a kernel before 5.14: reserve the blocks instead
+    if (fallocate(fd_, 0, static_cast<off_t>(first - base_), static_cast<off_t>(bytes)) == 0) return;
+    err = errno;
+  }
+  if (err == EFAULT || err == ENOMEM || err == ENOSPC)
+    throw Error(ErrorCode::kNoSpace, fmt::format("no space in pool {}: its file system is full", path_));
+  io_error("cannot populate pool pages", path_, err);
 }
 
 void Pool::release_extent(uint64_t offset, uint64_t bytes) {

@@ -115,9 +115,16 @@ class Pool {
   format::PoolHeader initial_header(uint32_t index_kind) const;
   void write_initial_header(format::PoolHeader h);
 
+  // When a new extent's pages get their memory on tmpfs and memory pools: at once, from several
+  // threads (the default), or kByCaller: the caller populates each part before its first write.
+  // Either way a full file system is a kNoSpace error, never a SIGBUS on a later store.
+  enum class Populate { kNow, kByCaller };
   // Appends a zero-filled, mapped extent of `bytes` and records it in h.pool_used / h.pool_size
   // (the caller persists the header afterwards). Throws kNoSpace when the pool cannot grow.
-  uint64_t allocate_extent(format::PoolHeader& h, uint64_t bytes);
+  uint64_t allocate_extent(format::PoolHeader& h, uint64_t bytes, Populate populate = Populate::kNow);
+  // Gives [p, p+n) of an extent allocated kByCaller its memory (nothing to do elsewhere, and cheap
+  // where the pages are there already). Throws kNoSpace when the file system is full.
+  void populate(void* p, uint64_t n) const;
   // Returns an extent's memory to the file system (its offsets stay reserved).
   void release_extent(uint64_t offset, uint64_t bytes);
 
@@ -141,7 +148,7 @@ class Pool {
  private:
   Pool() = default;
   void map_file(uint64_t reserve_bytes);
-  void grow_file(uint64_t new_size);
+  void grow_file(uint64_t new_size, Populate populate = Populate::kNow);
 
   int fd_ = -1;
   std::unique_ptr<class OpenRegistration> registration_;  // this process's record that it has the pool open

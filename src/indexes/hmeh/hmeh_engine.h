@@ -729,12 +729,23 @@ class HmehEngine final : public Index {
     }
   }
 
+  // A segment id whose memory is there to write (the arena's chunks are populated segment by
+  // segment, here, by the splitting threads in parallel; see IndexMeta::grow_segments).
   std::optional<uint64_t> take_segment() {
-    return take_id(segment_ids_, [&] {
+    const std::optional<uint64_t> id = take_id(segment_ids_, [&] {
       meta_.grow_segments();
       add_handle_chunk(meta_.segments().chunks() - 1);  // handles exist before their ids are handed out
       segment_ids_.set_capacity(meta_.segments().capacity());
     });
+    if (!id) return id;
+    try {
+      pool_.populate(meta_.segments().address(*id), geo_.bytes());
+    } catch (const Error& e) {
+      segment_ids_.give_back(*id);
+      if (e.code() != ErrorCode::kNoSpace) throw;
+      return std::nullopt;
+    }
+    return id;
   }
 
   std::optional<uint64_t> take_node() {

@@ -141,13 +141,13 @@ IndexMeta::IndexMeta(pool::Pool& pool) : pool_(pool), arenas_(pool) {}
 
 void IndexMeta::grow(uint32_t format::HmehMeta::*count, uint64_t format::HmehMeta::*first,
                      uint64_t (format::HmehMeta::*offsets)[fh::kMaxChunks], uint64_t unit_bytes, Arena& arena,
-                     const char* what) {
+                     const char* what, pool::Pool::Populate populate) {
   PoolHeader h = header();
   format::HmehMeta& m = h.hmeh;
   const uint32_t c = m.*count;
   if (c >= fh::kMaxChunks) throw Error(ErrorCode::kNoSpace, fmt::format("the {} has its maximum number of chunks", what));
   const uint64_t units = (m.*first) << c;
-  (m.*offsets)[c] = pool_.allocate_extent(h, units * unit_bytes);
+  (m.*offsets)[c] = pool_.allocate_extent(h, units * unit_bytes, populate);
   m.*count = c + 1;
   GPHASH_CRASH_POINT("hmeh.grow.before_header");
   pool_.write_header(h);
@@ -160,8 +160,11 @@ void IndexMeta::grow_segments() {
   const Arena& segments = arenas_.segments;
   if (segments.capacity() + segments.chunk_units(segments.chunks()) > uint64_t{0xFFFFFFFF})
     throw Error(ErrorCode::kNoSpace, "the segment arena has its maximum of 2^32 - 1 segments");
+  // A chunk is as large as the arena before it, and populating it at once held every splitting
+  // thread up: the engine populates each segment as it takes it (HmehEngine::take_segment).
   grow(&format::HmehMeta::segment_chunk_count, &format::HmehMeta::segment_first_chunk,
-       &format::HmehMeta::segment_chunk_offset, arenas_.segments.unit_bytes(), arenas_.segments, "segment arena");
+       &format::HmehMeta::segment_chunk_offset, arenas_.segments.unit_bytes(), arenas_.segments, "segment arena",
+       pool::Pool::Populate::kByCaller);
 }
 
 void IndexMeta::grow_nodes() {

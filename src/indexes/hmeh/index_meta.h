@@ -83,7 +83,7 @@ class IndexMeta {
   // Allocates the extent of chunk `count` of an arena, records it in `h`, and writes the header.
   void grow(uint32_t format::HmehMeta::*count, uint64_t format::HmehMeta::*first,
             uint64_t (format::HmehMeta::*offsets)[format::hmeh::kMaxChunks], uint64_t unit_bytes, Arena& arena,
-            const char* what);
+            const char* what, pool::Pool::Populate populate = pool::Pool::Populate::kNow);
 
   pool::Pool& pool_;
   Arenas arenas_;
