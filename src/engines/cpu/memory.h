@@ -21,7 +21,16 @@ class DirectMemory {
   static bool cas(uint64_t* p, uint64_t& expected, uint64_t desired) {
     return __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }
-  static void copy(void* dst, const void* src, size_t n) { std::memcpy(dst, src, n); }
+  // Word by word where it can: a lock-free reader may be reading `dst` (HMEH reuses a split
+  // segment's memory at once; the reader's version check discards what it read), and plain
+  // stores under its atomic loads would be a data race. On x86 these are the same moves.
+  static void copy(void* dst, const void* src, size_t n) {
+    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | n) % 8 != 0)
+      return static_cast<void>(std::memcpy(dst, src, n));
+    auto* d = static_cast<uint64_t*>(dst);
+    const auto* s = static_cast<const uint64_t*>(src);
+    for (size_t i = 0; i < n / 8; ++i) __atomic_store_n(d + i, s[i], __ATOMIC_RELAXED);
+  }
   // Persist barrier: once it returns, the stores to [p, p+n) survive what the pool's kind promises.
   void persist(const void* p, size_t n) const { pool_->persist(p, n); }
 
