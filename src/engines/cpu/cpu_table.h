@@ -95,8 +95,10 @@ class CpuTable {
       p.published = format::fingerprint(p.hash[0], p.hash[H - 1]);
   }
 
-  void prefetch(const Probe& p) const {
-    for (uint32_t level = bottom_; level <= top_; ++level)
+  void prefetch(const Probe& p) const { prefetch(p, bottom_, top_); }
+  // p's candidate buckets in levels [lo, hi].
+  void prefetch(const Probe& p, uint32_t lo, uint32_t hi) const {
+    for (uint32_t level = lo; level <= hi; ++level)
       for (int j = 0; j < H; ++j) {
         const std::byte* b = bucket(level, format::bucket_at(p.hash[j], level));
         prefetch_line(b);
@@ -196,28 +198,51 @@ class CpuTable {
   // Resize, step 2: moves every item of the bottom level into the levels above it (the new top
   // included). Idempotent: an item already copied up is only cleared below, so a resize
   // interrupted by a crash resumes by calling this again.
+  //
+  // Software-pipelined like the batch driver: an item's candidate buckets above are prefetched
+  // kRehashAhead items before it is copied. Without it every copy waited for its four buckets' misses
+  // in turn, and a load from a small table spent more time in resizes than in its inserts (2-core
+  // VM, 4 M keys, 2 threads: 0.70 s of resizes, 0.43 s of inserts).
   void rehash_bottom(int threads) {
     const uint32_t level = bottom_;
     std::atomic<bool> unplaced{false};
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 256)
-    for (uint64_t index = 0; index < format::level_buckets(level); ++index) {
-      std::byte* b = bucket(level, index);
-      for (int s = 0; s < S; ++s) {
-        SlotRef from{b, level, index, static_cast<uint32_t>(s)};
-        uint64_t state = Memory::load(state_word(from));
-        if (!format::is_published(state)) continue;
+    constexpr uint64_t kChunk = 256;  // buckets a thread takes at a time
+    const uint64_t chunks = (format::level_buckets(level) + kChunk - 1) / kChunk;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (uint64_t c = 0; c < chunks; ++c) {
+      struct Pending {
+        SlotRef from;
+        uint64_t state;
         Probe item;
-        load_probe(from, state, item);
-        if (!copy_up(from, item)) {
+      } ring[kRehashAhead];
+      size_t staged = 0, done = 0;
+      auto copy = [&](Pending& q) {
+        if (!copy_up(q.from, q.item)) {
           unplaced.store(true);
-          continue;
+          return;
         }
         GPHASH_CRASH_POINT("rehash.after_copy_up");
-        uint64_t expected = state;
-        Memory::cas(state_word(from), expected, format::kSlotEmpty);
-        mem_.persist(state_word(from), 8);
+        uint64_t expected = q.state;
+        Memory::cas(state_word(q.from), expected, format::kSlotEmpty);
+        mem_.persist(state_word(q.from), 8);
         GPHASH_CRASH_POINT("rehash.after_clear");
+      };
+      const uint64_t end = std::min(format::level_buckets(level), (c + 1) * kChunk);
+      for (uint64_t index = c * kChunk; index < end; ++index) {
+        std::byte* b = bucket(level, index);
+        for (int s = 0; s < S; ++s) {
+          SlotRef from{b, level, index, static_cast<uint32_t>(s)};
+          const uint64_t state = Memory::load(state_word(from));
+          if (!format::is_published(state)) continue;
+          if (staged - done == kRehashAhead) copy(ring[done++ % kRehashAhead]);
+          Pending& q = ring[staged++ % kRehashAhead];
+          q.from = from;
+          q.state = state;
+          load_probe(from, state, q.item);
+          prefetch(q.item, level + 1, highest_);
+        }
       }
+      while (done < staged) copy(ring[done++ % kRehashAhead]);
     }
     if (unplaced.load())
       throw Error(ErrorCode::kCorruptTable,
@@ -341,6 +366,7 @@ class CpuTable {
 
  private:
   static constexpr int kMaxMatches = L * H * S;
+  static constexpr size_t kRehashAhead = 8;
 
   struct Scan {
     SlotRef match[kMaxMatches];
