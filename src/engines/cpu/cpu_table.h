@@ -195,6 +195,26 @@ class CpuTable {
     return false;
   }
 
+  // Prefetches the candidate buckets of the item displace_for(p) tries first (p's buckets should be
+  // cached already: this reads them).
+  void prefetch_displacement(const Probe& p) const {
+    for (uint32_t level = top_ + 1; level-- > bottom_;)
+      for (int j = 0; j < H; ++j) {
+        if (repeated_bucket(p, level, j)) continue;
+        const uint64_t index = format::bucket_at(p.hash[j], level);
+        std::byte* b = bucket(level, index);
+        for (int s = 0; s < S; ++s) {
+          const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+          const uint64_t state = Memory::load(state_word(at));
+          if (!format::is_published(state)) continue;
+          Probe other;
+          load_probe(at, state, other);
+          prefetch(other);
+          return;
+        }
+      }
+  }
+
   // Resize, step 2: moves every item of the bottom level into the levels above it (the new top
   // included). Idempotent: an item already copied up is only cleared below, so a resize
   // interrupted by a crash resumes by calling this again.
