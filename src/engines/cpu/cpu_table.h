@@ -175,44 +175,21 @@ class CpuTable {
   // Exclusive: no other operation may run. The move is bracketed by the maintenance record so
   // recovery can drop the second copy if a crash leaves both.
   bool displace_for(const Probe& p) {
-    for (uint32_t level = top_ + 1; level-- > bottom_;)
-      for (int j = 0; j < H; ++j) {
-        if (repeated_bucket(p, level, j)) continue;
-        const uint64_t index = format::bucket_at(p.hash[j], level);
-        std::byte* b = bucket(level, index);
-        for (int s = 0; s < S; ++s) {
-          SlotRef from{b, level, index, static_cast<uint32_t>(s)};
-          uint64_t state = Memory::load(state_word(from));
-          if (!format::is_published(state)) continue;
-          Probe other;
-          load_probe(from, state, other);
-          Scan os = scan(other, bottom_, top_);
-          if (!os.has_free) continue;
-          move(from, os.free, other);
-          return true;
-        }
-      }
-    return false;
+    return for_each_item_to_displace(p, [&](const SlotRef& from, const Probe& other) {
+      Scan os = scan(other, bottom_, top_);
+      if (!os.has_free) return false;
+      move(from, os.free, other);
+      return true;
+    });
   }
 
   // Prefetches the candidate buckets of the item displace_for(p) tries first (p's buckets should be
   // cached already: this reads them).
   void prefetch_displacement(const Probe& p) const {
-    for (uint32_t level = top_ + 1; level-- > bottom_;)
-      for (int j = 0; j < H; ++j) {
-        if (repeated_bucket(p, level, j)) continue;
-        const uint64_t index = format::bucket_at(p.hash[j], level);
-        std::byte* b = bucket(level, index);
-        for (int s = 0; s < S; ++s) {
-          const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
-          const uint64_t state = Memory::load(state_word(at));
-          if (!format::is_published(state)) continue;
-          Probe other;
-          load_probe(at, state, other);
-          prefetch(other);
-          return;
-        }
-      }
+    for_each_item_to_displace(p, [&](const SlotRef&, const Probe& other) {
+      prefetch(other);
+      return true;
+    });
   }
 
   // Resize, step 2: moves every item of the bottom level into the levels above it (the new top
@@ -419,6 +396,27 @@ class CpuTable {
   bool same_key(const SlotRef& a, const SlotRef& b) const {
     if constexpr (Layout::kKeyIsState) return true;
     else return std::memcmp(key_bytes(a), key_bytes(b), KeyWidth) == 0;
+  }
+
+  // The items in p's candidate buckets, in the order displacement tries them: f(slot, item) until
+  // it returns true (then this does too).
+  template <class F>
+  bool for_each_item_to_displace(const Probe& p, F&& f) const {
+    for (uint32_t level = top_ + 1; level-- > bottom_;)
+      for (int j = 0; j < H; ++j) {
+        if (repeated_bucket(p, level, j)) continue;
+        const uint64_t index = format::bucket_at(p.hash[j], level);
+        std::byte* b = bucket(level, index);
+        for (int s = 0; s < S; ++s) {
+          const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+          const uint64_t state = Memory::load(state_word(at));
+          if (!format::is_published(state)) continue;
+          Probe item;
+          load_probe(at, state, item);
+          if (f(at, item)) return true;
+        }
+      }
+    return false;
   }
 
   // Reads all candidate buckets of p in levels [lo, hi]: the copies of p (and the valid one) and
