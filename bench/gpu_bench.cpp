@@ -135,6 +135,7 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
     uint64_t phase_inserts = 0;
     size_t failed = 0;
     double last_plan = 0, last_kernel = 0, last_slow = 0;
+    bool last_planned = false;
     while (inserted < target) {
       const size_t n = std::min<uint64_t>(batch, target - inserted);
       fill_keys(keys.ptr, n, seed, inserted);
@@ -142,6 +143,7 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
       insert_seconds += device_batch(t, Op::kInsert, n, keys.ptr, values.ptr, nullptr, status.ptr);
       const TableInfo bi = t.info();
       last_plan = bi.last_plan_seconds, last_kernel = bi.last_kernel_seconds, last_slow = bi.last_slow_seconds;
+      last_planned = bi.last_batch_planned;
       failed += count_not(status.ptr, n, OpStatus::kOk);
       inserted += n;
       phase_inserts += n;
@@ -163,8 +165,8 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
                     "{:.2f} G/s ({}); failed inserts {}, missing {}, phantom {}, resizes {}, displacements {}",
                     info.load_factor, ins_rate, vs_cuco(ins_rate, cuco[phase][0]), hit_rate, vs_cuco(hit_rate, cuco[phase][1]),
                     miss_rate, vs_cuco(miss_rate, cuco[phase][2]), failed, missing, phantom, info.resizes, info.displacements));
-    say(fmt::format("hbm:   last insert batch: plan {:.2f} ms, kernel {:.2f} ms, slow path {:.2f} ms", 1e3 * last_plan,
-                    1e3 * last_kernel, 1e3 * last_slow));
+    say(fmt::format("hbm:   last insert batch: plan {:.2f} ms ({}), kernel {:.2f} ms, slow path {:.2f} ms", 1e3 * last_plan,
+                    last_planned ? "sorted" : "no repeated key: unsorted", 1e3 * last_kernel, 1e3 * last_slow));
     say(fmt::format("hbm:   search batch: kernel {:.3f} ms, plan {:.3f} ms, after the kernel {:.3f} ms; wall {:.3f} ms",
                     1e3 * hit_info.last_kernel_seconds, 1e3 * hit_info.last_plan_seconds,
                     1e3 * hit_info.last_slow_seconds, 1e3 * hit_wall));

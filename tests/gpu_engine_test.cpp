@@ -169,6 +169,103 @@ TEST(GpuEngine, BatchesFullOfDuplicateKeysMatchTheModel) {
     }
 }
 
+// Large batches that write, in GPU memory: one that repeats no key runs unplanned (no sort), one
+// with a single repeated key is planned, and both match the model (the repeat: a second insert of
+// a new key must answer EXISTS and leave the first value, which two unordered inserts would not).
+// After a batch that repeated a key the next one is planned without a check. A batch whose ops
+// are in GPU memory and only search runs unplanned too. Host-mapped tables plan every batch that
+// may write.
+TEST(GpuEngine, LargeWriteBatchesRunUnplannedUnlessAKeyRepeats) {
+  REQUIRE_GPU();
+  for (uint32_t kw : {8u, 16u})
+    for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {
+      SCOPED_TRACE(std::to_string(kw) + "-byte keys, " + (placement == Placement::kGpuMemory ? "GPU memory" : "host-mapped"));
+      TempPool pool("unplanned");
+      Table t = Table::create(pool.path(), {kw, 8, {2, 2, 8}, 1 << 18, 13}, gpu(placement));
+      std::mt19937_64 rng(kw);
+      const size_t n = 1 << 16;
+      std::vector<std::string> universe(3 * n);
+      for (auto& k : universe) k = random_bytes(rng, kw);
+      Model model;
+      const bool planned[] = {false, false, true, true, false, true, true, false};
+      for (int round = 0; round < 8; ++round) {
+        const bool repeat = round == 2 || round == 5;
+        std::shuffle(universe.begin(), universe.end(), rng);
+        std::string keys, values = random_bytes(rng, n * 8), out(n * 8, '\0');
+        std::vector<Op> ops(n);
+        for (size_t i = 0; i < n; ++i) {
+          keys += universe[i];
+          ops[i] = round == 0 ? Op::kInsert : static_cast<Op>(rng() % 5);
+        }
+        if (repeat) {  // one new key inserted twice, far apart, then searched
+          const std::string fresh = random_bytes(rng, kw);
+          for (size_t at : {size_t{10}, n - 10, n - 5}) keys.replace(at * kw, kw, fresh);
+          ops[10] = ops[n - 10] = Op::kInsert;
+          ops[n - 5] = Op::kSearch;
+        }
+        std::vector<OpStatus> status(n);
+        Batch b;
+        b.size = n;
+        b.key_width = kw;
+        b.value_width = 8;
+        b.ops = ops.data();
+        b.keys = keys.data();
+        b.values = values.data();
+        b.values_out = out.data();
+        b.status = status.data();
+        t.execute(b);
+        EXPECT_EQ(t.info().last_batch_planned, placement == Placement::kHostMapped || planned[round]) << "round " << round;
+        for (size_t i = 0; i < n; ++i) {
+          std::string found;
+          ASSERT_EQ(status[i], model.apply(ops[i], keys.substr(i * kw, kw), values.substr(i * 8, 8), &found))
+              << "round " << round << ", operation " << i;
+          if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
+            ASSERT_EQ(out.substr(i * 8, 8), found) << i;
+          }
+        }
+        ASSERT_EQ(t.size(), model.size());
+      }
+      // Searches only, with their ops in GPU memory (the host cannot see that they only search).
+      std::string keys;
+      for (size_t i = 0; i < n; ++i) keys += universe[i];
+      const std::vector<Op> searches(n, Op::kSearch);
+      void *dkeys, *dvalues, *dout, *dops, *dstatus;  // a mixed batch in GPU memory needs values
+      ASSERT_EQ(cudaMalloc(&dkeys, n * kw), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dvalues, n * 8), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dout, n * 8), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dops, n), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dstatus, n), cudaSuccess);
+      cudaMemcpy(dkeys, keys.data(), n * kw, cudaMemcpyHostToDevice);
+      cudaMemcpy(dops, searches.data(), n, cudaMemcpyHostToDevice);
+      Batch b;
+      b.size = n;
+      b.key_width = kw;
+      b.value_width = 8;
+      b.ops = static_cast<const Op*>(dops);
+      b.keys = dkeys;
+      b.values = dvalues;
+      b.values_out = dout;
+      b.status = static_cast<OpStatus*>(dstatus);
+      b.memory = MemorySpace::kDevice;
+      t.execute(b);
+      EXPECT_EQ(t.info().last_batch_planned, placement == Placement::kHostMapped);
+      std::string out(n * 8, '\0');
+      std::vector<OpStatus> status(n);
+      cudaMemcpy(out.data(), dout, out.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
+      cudaFree(dkeys), cudaFree(dvalues), cudaFree(dout), cudaFree(dops), cudaFree(dstatus);
+      for (size_t i = 0; i < n; ++i) {
+        std::string found;
+        ASSERT_EQ(status[i], model.apply(Op::kSearch, universe[i], "", &found)) << "search " << i;
+        if (status[i] == OpStatus::kOk) {
+          ASSERT_EQ(out.substr(i * 8, 8), found) << "search " << i;
+        }
+      }
+      CheckResult c = t.check();
+      EXPECT_TRUE(c.ok) << c.violation;
+    }
+}
+
 TEST(GpuEngine, ResizesUnderLoadKeepEveryItem) {
   REQUIRE_GPU();
   for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {

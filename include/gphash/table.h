@@ -50,8 +50,13 @@ struct TableInfo {
   uint64_t heap_grows = 0;
   double last_resize_seconds = 0;
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch
-  // GPU engine, by stage: plan (hash + sort), the parallel kernel, the exclusive slow path.
+  // GPU engine, by stage: plan (hash, repeated-key check, sort), the parallel kernel, the exclusive
+  // slow path.
   double last_plan_seconds = 0, last_kernel_seconds = 0, last_slow_seconds = 0;
+  // GPU engine: the last batch was planned (sorted by key). Batches of searches are not; batches
+  // that write are, unless a check found that they repeat no key (GPU memory, host-driven batches
+  // of 2^15 operations or more).
+  bool last_batch_planned = false;
   double open_map_seconds = 0;  // GPU engine: registering the pool's memory with CUDA at open
   double recovery_seconds = 0;  // the recovery steps of the last open (0 if the pool was clean)
   // GPU engine, BktCache (OpenOptions::cache): buckets cached in GPU memory now, the GPU memory the

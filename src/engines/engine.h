@@ -26,6 +26,7 @@ struct EngineStats {
   // GPU engine: the last batch's device time by stage (plan = hash + sort; kernel = the parallel
   // pass; slow = displacement, resize and heap growth), and the open's mapping time.
   double last_plan_seconds = 0, last_kernel_seconds = 0, last_slow_seconds = 0;
+  bool last_batch_planned = false;  // GPU engine: the last batch was sorted by key (it repeated one, or was not checked)
   double open_map_seconds = 0;
   double recovery_seconds = 0;  // open: the recovery steps alone (zero when the pool was clean)
   // The live table's geometry (a GPU-memory table can be ahead of its pool until saved).

@@ -520,6 +520,7 @@ TableInfo Table::info() const {
   i.last_batch_device_seconds = s.last_batch_device_seconds;
   i.last_plan_seconds = s.last_plan_seconds;
   i.last_kernel_seconds = s.last_kernel_seconds;
+  i.last_batch_planned = s.last_batch_planned;
   i.last_slow_seconds = s.last_slow_seconds;
   i.open_map_seconds = s.open_map_seconds;
   i.recovery_seconds = s.recovery_seconds;

@@ -158,7 +158,7 @@ struct BatchCounters {
   unsigned long long moves;         // displacement moves
   unsigned long long stopped_at;    // slow path: the pending entry it stopped at
   int slow_result;                  // slow path: a RunResult
-  int unused;
+  int repeats;                      // plan: the batch repeats a key (plan_kernel's check)
   unsigned long long serial_runs;   // runs the batch kernel left to the serial pass
   unsigned long long serial_taken;  // ... of which a warp of the serial pass has taken
 };

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -492,6 +493,7 @@ class GpuEngine final : public Engine {
   };
   static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
   static constexpr size_t kPlanMappedSearchesFrom = size_t{1} << 20;  // launch_parallel_pass
+  static constexpr size_t kCheckRepeatsFrom = size_t{1} << 15;        // launch_parallel_pass
 
   // The inputs end where the counters begin, so that one copy carries both; prepare_batch(upload
   // = false) must have filled counters_init_.
@@ -602,10 +604,32 @@ class GpuEngine final : public Engine {
   // wider keys at every size, the plan cost 10 to 30%. A batch whose ops the host does not read
   // (`ops_unread`: in GPU memory) is planned and, if it only searches, unplanned on the device
   // (plan()), unless it is large enough to be planned anyway.
-  void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, cudaStream_t stream) {
+  // In GPU memory a batch that writes is planned unless it repeats no key: with `host_waits` (the
+  // host-driven execute, which waits for the batch anyway) and from kCheckRepeatsFrom operations,
+  // the plan kernel checks, the host waits for the answer, and a batch of distinct keys (or, with
+  // ops the host cannot read, one of searches only) skips the sort and runs unplanned, reading its
+  // keys and values and writing its statuses in order instead of through the permutation. The
+  // wait idles the GPU while the host launches the sort, so a check that finds a repeat makes the
+  // next ones rarer (workloads that repeat keys, Zipf-skewed ones, keep doing so): after k such
+  // checks in a row the next 2^k - 1 batches (at most 63) are planned unchecked.
+  // H200, 8-byte keys (bench/results/2026-11-28-unplanned-writes): 2^24 distinct inserts 2.85 ->
+  // 3.81 G/s at load 0.5 (kernel 5.24 -> 3.19 ms; the check 1.24 ms against a 0.65 ms sort); YCSB
+  // LOAD at 2^16 387-462 -> 585-672 M/s. Host-mapped tables are always planned: there the same
+  // change left LOAD's kernel as it was (0.22 s: the slots' PCIe writes bound it) and the YCSB A
+  // that followed ran 35% slower with the same PCIe bytes per operation, which is not explained.
+  void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, bool host_waits, cudaStream_t stream) {
     GPHASH_CUDA(cudaEventRecord(start_, stream));
     const bool plan_searches = !gpu_memory_ && KeyWidth == 8 && bv.n >= kPlanMappedSearchesFrom;
-    if (!search_only || plan_searches) plan(bv, ops_unread && !plan_searches, stream);
+    stats_.last_batch_planned = !search_only || plan_searches;
+    if (stats_.last_batch_planned) {
+      bool check_repeats = gpu_memory_ && !search_only && host_waits && bv.n >= kCheckRepeatsFrom;
+      if (check_repeats && unchecked_left_ > 0) --unchecked_left_, check_repeats = false;
+      stats_.last_batch_planned = plan(bv, ops_unread && !plan_searches, check_repeats, stream);
+      if (check_repeats) {
+        repeat_streak_ = stats_.last_batch_planned ? std::min(repeat_streak_ + 1, 6u) : 0;
+        unchecked_left_ = (1u << repeat_streak_) - 1;
+      }
+    }
     GPHASH_CUDA(cudaEventRecord(planned_, stream));
     launch_batch(bv, stream);
     GPHASH_CUDA(cudaEventRecord(ran_, stream));
@@ -626,7 +650,7 @@ class GpuEngine final : public Engine {
     Staged staged;
     BatchView bv = stage(b, offset, n, search_only, stream, &staged);
     if (!staged.out_bytes) upload_counters(stream);
-    launch_parallel_pass(bv, search_only, ops_unread(b), stream);
+    launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/true, stream);
     // One wait for the counters and, for a staged batch, its outputs (needed again only if the
     // slow path runs).
     if (staged.out_bytes) {
@@ -688,7 +712,7 @@ class GpuEngine final : public Engine {
     cache_.before_batch(dt_, n, stream);
     BatchView bv = stage(b, offset, n, search_only, stream);
     prepare_batch(n, stream);
-    launch_parallel_pass(bv, search_only, ops_unread(b), stream);
+    launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/false, stream);
     SlowPathFlags flags;
     flags.allow_displacement = options_.max_load_factor > 0;
     flags.table_exhausted = true;  // no host in the stream: what displacement cannot place fails
@@ -813,16 +837,33 @@ class GpuEngine final : public Engine {
   }
 
   // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
-  // order (the radix sort is stable), and each run goes to one warp.
-  void plan(BatchView& bv, bool ops_unread, cudaStream_t stream) {
+  // order (the radix sort is stable), and each run goes to one warp. With `check_repeats` the
+  // host first learns whether the batch repeats a key, and one that does not is left unplanned.
+  // Returns whether the batch was planned.
+  bool plan(BatchView& bv, bool ops_unread, bool check_repeats, cudaStream_t stream) {
     const size_t n = bv.n;
     prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
     // A batch of searches the host could not see as one (launch_parallel_pass): the device decides,
     // after the sort.
     if (ops_unread) GPHASH_CUDA(cudaMemsetAsync(plan_writes_.get(), 0, sizeof(uint32_t), stream));
+    uint64_t seen_mask = 0;
+    if (check_repeats) {
+      const size_t entries = std::bit_ceil(2 * n);
+      seen_.reserve(entries);
+      GPHASH_CUDA(cudaMemsetAsync(seen_.get(), 0, entries * sizeof(uint64_t), stream));
+      seen_mask = entries - 1;
+    }
     plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops,
-                                                      ops_unread ? plan_writes_.get() : nullptr);
+                                                      ops_unread ? plan_writes_.get() : nullptr,
+                                                      check_repeats ? seen_.get() : nullptr, seen_mask, &counters_->repeats);
     GPHASH_CUDA(cudaGetLastError());
+    if (check_repeats) {  // one wait: whether the batch repeats a key and, ops unread, whether it writes
+      GPHASH_CUDA(cudaMemcpyAsync(&host_counters_.get()->repeats, &counters_->repeats, sizeof(int), cudaMemcpyDeviceToHost, stream));
+      if (ops_unread) GPHASH_CUDA(cudaMemcpyAsync(host_plan_writes_.get(), plan_writes_.get(), sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
+      GPHASH_CUDA(cudaStreamSynchronize(stream));
+      const bool writes = !ops_unread || *host_plan_writes_.get();
+      if (!writes || !host_counters_.get()->repeats) return false;  // bv.sort_keys and bv.perm stay null
+    }
     size_t temp = 0;
     GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
                                                 index_out_.get(), static_cast<int>(n), 0, 32, stream));
@@ -835,6 +876,7 @@ class GpuEngine final : public Engine {
     }
     bv.sort_keys = prefix_out_.get();
     bv.perm = index_out_.get();
+    return true;
   }
 
   void launch_batch(const BatchView& bv, cudaStream_t stream) {
@@ -1225,6 +1267,9 @@ class GpuEngine final : public Engine {
   DeviceBuffer<uint8_t> ops_, status_;
   DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
   DeviceBuffer<uint32_t> plan_writes_{1};  // plan(): whether a batch in GPU memory writes
+  PinnedBuffer<uint32_t> host_plan_writes_;  // ... read by the host after a check
+  DeviceBuffer<uint64_t> seen_;            // plan(): the keys' hashes, to find repeated keys
+  unsigned repeat_streak_ = 0, unchecked_left_ = 0;  // launch_parallel_pass: checks that found repeats
   unsigned serial_blocks_ = 0;              // serial_grid()
 #if GPHASH_CRASH_POINTS
   DeviceBuffer<CrashCountdown> countdown_;

@@ -103,12 +103,31 @@ __global__ void slow_path_kernel(const __grid_constant__ T t, const __grid_const
   }
 }
 
+// Whether a batch repeats a key: each operation puts its key's first hash into `seen` (open
+// addressing over at least twice the batch's size, zeroed before) and sets *repeats where it finds
+// it already there. Two keys with one hash count as a repeat too: that batch is then planned,
+// which is slower, never wrong. Once a repeat is known the other operations skip the probe.
+__device__ inline void note_key(uint64_t* seen, uint64_t mask, uint64_t hash, int* repeats) {
+  if (*reinterpret_cast<volatile int*>(repeats)) return;
+  const unsigned long long mark = hash | 1;  // 0 is an empty entry
+  for (uint64_t k = (hash >> 32) & mask;; k = (k + 1) & mask) {
+    const unsigned long long was = atomicCAS(reinterpret_cast<unsigned long long*>(seen + k), 0ull, mark);
+    if (was == 0) return;
+    if (was == mark) {
+      *reinterpret_cast<volatile int*>(repeats) = 1;
+      return;
+    }
+  }
+}
+
 // The plan: each operation's hash prefix, so equal keys sort next to each other. It is the low
 // half of the first hash, which no bucket index uses: sorting by bucket bits instead would give
 // the lanes of a warp neighbouring buckets, and their inserts would race for the same slots.
+// With `seen`, it also finds out whether the batch repeats a key (note_key): if not, the sort is
+// not needed.
 template <class T>
 __global__ void plan_kernel(const __grid_constant__ T t, const uint64_t* keys, size_t n, uint32_t* prefix, uint32_t* index,
-                            const uint8_t* ops, uint32_t* writes) {
+                            const uint8_t* ops, uint32_t* writes, uint64_t* seen, uint64_t seen_mask, int* repeats) {
   const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   // With `writes`: whether `ops` (a batch in GPU memory, never read by the host) holds anything but
   // searches, an unknown op included.
@@ -118,8 +137,10 @@ __global__ void plan_kernel(const __grid_constant__ T t, const uint64_t* keys, s
   uint64_t key[T::kKeyWords];
 #pragma unroll
   for (int w = 0; w < T::kKeyWords; ++w) key[w] = keys[i * T::kKeyWords + w];
-  prefix[i] = static_cast<uint32_t>(format::xxh64_words<T::kKeyWords>(key, t.seed[0]));
+  const uint64_t hash = format::xxh64_words<T::kKeyWords>(key, t.seed[0]);
+  prefix[i] = static_cast<uint32_t>(hash);
   index[i] = static_cast<uint32_t>(i);
+  if (seen) note_key(seen, seen_mask, hash, repeats);
 }
 
 // A pass over every slot of one level: recovery clears INSERTING slots; it counts items, marks
