@@ -1,7 +1,10 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "bench_kernels.h"
 #include "format/hash.h"
@@ -102,7 +105,43 @@ double best_rate(size_t ops, Launch&& launch) {
   return best;
 }
 
+__global__ void echo_kernel(const uint64_t* in, uint64_t* out, size_t words) {
+  for (size_t i = threadIdx.x; i < words; i += blockDim.x) out[i] = in[i] + 1;
+}
+
 }  // namespace
+
+double small_round_trip_seconds(size_t bytes, int calls, bool timed) {
+  const size_t words = (bytes + 7) / 8;
+  uint64_t *host = nullptr, *device = nullptr;
+  cudaStream_t stream = nullptr;
+  check(cudaMallocHost(&host, 2 * words * 8), "cudaMallocHost");
+  check(cudaMalloc(&device, 2 * words * 8), "cudaMalloc");
+  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+  cudaEvent_t events[3];
+  for (cudaEvent_t& e : events) check(cudaEventCreate(&e), "event");
+  std::vector<double> seconds;
+  for (int c = 0; c < calls + 100; ++c) {
+    const auto t0 = std::chrono::steady_clock::now();
+    check(cudaMemcpyAsync(device, host, words * 8, cudaMemcpyHostToDevice, stream), "copy in");
+    if (timed) check(cudaEventRecord(events[0], stream), "event");
+    if (timed) check(cudaEventRecord(events[1], stream), "event");
+    echo_kernel<<<1, 256, 0, stream>>>(device, device + words, words);
+    if (timed) check(cudaEventRecord(events[2], stream), "event");
+    check(cudaMemcpyAsync(host + words, device + words, words * 8, cudaMemcpyDeviceToHost, stream), "copy out");
+    check(cudaStreamSynchronize(stream), "wait");
+    float ms = 0;
+    if (timed) check(cudaEventElapsedTime(&ms, events[0], events[1]), "elapsed");
+    if (timed) check(cudaEventElapsedTime(&ms, events[1], events[2]), "elapsed");
+    if (c >= 100) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
+  cudaStreamDestroy(stream);
+  cudaFree(device);
+  cudaFreeHost(host);
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
 
 void fill_keys(uint64_t* device_words, size_t count, uint64_t seed, uint64_t first) {
   fill_keys_kernel<<<(count + 255) / 256, 256>>>(device_words, count, seed, first);

@@ -25,6 +25,12 @@ double host_request_rate(void* buffer, size_t offset, size_t region, uint32_t by
 void fill_record_keys(uint64_t* device_words, size_t count, uint32_t key_words, uint64_t seed, uint64_t first,
                       uint64_t scramble_mask);
 
+// The floor of a small batch's round trip: `bytes` copied from pinned host memory to the GPU, one
+// kernel of one block that reads them and writes as many back, a copy out, one wait; with `timed`,
+// also the GPU engine's three timing events and two elapsed-time queries. Returns the median of
+// `calls` round trips, in seconds.
+double small_round_trip_seconds(size_t bytes, int calls, bool timed);
+
 // Random 64-byte reads in a GPU-memory buffer of `bytes` bytes (the HBM reference figure).
 double device_random_reads(size_t bytes, uint32_t request_bytes, size_t operations);
 

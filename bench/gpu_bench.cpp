@@ -11,6 +11,7 @@
 //   cache     BktCache: YCSB LOAD, C, B, A on a host-mapped table, by cache size and policy (opt in)
 //   resize    resize time against table size
 //   recovery  recovery time against pool size, GPU and CPU engine
+//   small     wall time of one small batch from host memory (a server round), by size (opt in)
 //   gpu-batches  YCSB and micro workloads whose batches start and end in GPU memory, run by the GPU
 //             engine in place or by the CPU engine with keys and results crossing PCIe (opt in)
 #include <cuda_runtime.h>
@@ -23,6 +24,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
@@ -403,6 +405,92 @@ json section_cache(uint64_t records, const std::vector<uint32_t>& value_widths, 
   return {{"records", records}, {"key_width", 32}, {"rows", rows}};
 }
 
+// ---- small: the latency of one small batch from host memory -----------------------------------
+// What a server's round or a latency-bound caller pays per Table::execute: 16-byte keys and
+// 8-byte values (gphash-server's signature index), arrays in host memory, a table of `records`
+// items (far larger than the L2). Searches of present keys; writes: upserts of present keys and
+// searches of others, no key twice (a server round's changes and searches); repeats: each key
+// upserted then searched (the per-key order the plan keeps). Wall time per call, median and p99.
+uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+json section_small(uint64_t records, const std::vector<size_t>& sizes) {
+  records = std::bit_floor(records);
+  json rows = json::array();
+  json floor = json::object();
+  for (const size_t bytes : {size_t{256}, size_t{4096}, size_t{65536}}) {
+    const double s = small_round_trip_seconds(bytes, 2000, false), timed = small_round_trip_seconds(bytes, 2000, true);
+    say(fmt::format("small: floor (copy {} bytes in, one kernel, copy out, wait): p50 {:.1f} us, {:.1f} us with timing events",
+                    bytes, 1e6 * s, 1e6 * timed));
+    floor[std::to_string(bytes)] = {{"p50_us", 1e6 * s}, {"timed_p50_us", 1e6 * timed}};
+  }
+  for (const Placement placement : {Placement::kGpuMemory, Placement::kHostMapped}) {
+    const bool mapped = placement == Placement::kHostMapped;
+    const std::string pool = mapped ? "/dev/shm/gphash-bench-small" : "mem:";
+    OpenOptions o = gpu_options(placement);
+    o.replace = true;
+    Table t = Table::create(pool, {16, 8, {2, 2, 8}, records + records / 4, 9}, o);
+    auto key_of = [](uint64_t r, uint64_t* k) { k[0] = mix64(r), k[1] = mix64(r ^ 0x5A5A5A5A5A5A5A5Aull); };
+    {
+      const size_t load = size_t{1} << 20;
+      std::vector<uint64_t> keys(2 * load), values(load);
+      std::vector<OpStatus> status(load);
+      for (uint64_t at = 0; at < records; at += load) {
+        for (size_t i = 0; i < load; ++i) key_of(at + i, &keys[2 * i]), values[i] = at + i;
+        t.execute({.size = load, .key_width = 16, .value_width = 8, .op = Op::kInsert, .keys = keys.data(),
+                   .values = values.data(), .status = status.data()});
+      }
+    }
+    const size_t largest = *std::max_element(sizes.begin(), sizes.end());
+    std::vector<uint64_t> keys(2 * largest), values(largest), out(largest);
+    std::vector<Op> ops(largest);
+    std::vector<OpStatus> status(largest);
+    uint64_t draw = 1;
+    for (const char* kind : {"searches", "writes", "repeats"}) {
+      const std::string_view k = kind;
+      for (const size_t n : sizes) {
+        std::vector<double> us;
+        size_t bad = 0, planned = 0;
+        const int calls = 2000, warm = 100;
+        for (int c = 0; c < warm + calls; ++c) {
+          // Distinct records: base + i * step (step odd, records a power of two).
+          const uint64_t base = mix64(draw++), step = mix64(draw++) | 1;
+          for (size_t i = 0; i < n; ++i) {
+            const size_t half = n / 2;
+            const uint64_t r = (base + (k == "repeats" && i >= half ? i - half : i) * step) & (records - 1);
+            key_of(r, &keys[2 * i]);
+            values[i] = r;
+            ops[i] = k == "searches" || i >= half ? Op::kSearch : Op::kUpsert;
+          }
+          Batch b{.size = n, .key_width = 16, .value_width = 8, .ops = ops.data(), .keys = keys.data(),
+                  .values = values.data(), .values_out = out.data(), .status = status.data()};
+          const auto t0 = std::chrono::steady_clock::now();
+          t.execute(b);
+          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          if (c < warm) continue;
+          us.push_back(1e6 * s);
+          planned += t.info().last_batch_planned;
+          for (size_t i = 0; i < n; ++i) bad += status[i] != OpStatus::kOk || (ops[i] == Op::kSearch && out[i] != values[i]);
+        }
+        std::sort(us.begin(), us.end());
+        const double p50 = us[us.size() / 2], p99 = us[us.size() * 99 / 100];
+        say(fmt::format("small ({}): {} of {}: p50 {:.1f} us, p99 {:.1f} us ({:.1f} M ops/s at p50), planned {}/{}{}",
+                        mapped ? "mapped" : "gpu-memory", kind, n, p50, p99, n / p50, planned, calls,
+                        bad ? fmt::format(", {} WRONG RESULTS", bad) : std::string()));
+        rows.push_back({{"placement", mapped ? "mapped" : "gpu-memory"}, {"kind", kind}, {"n", n}, {"p50_us", p50},
+                        {"p99_us", p99}, {"planned", planned}, {"calls", calls}, {"wrong", bad}});
+        if (bad) throw std::runtime_error("small: wrong results");
+      }
+    }
+    if (mapped) std::remove(pool.c_str());
+  }
+  return {{"records", records}, {"key_width", 16}, {"value_width", 8}, {"floor_p50_us", floor}, {"rows", rows}};
+}
+
 // ---- resize: time against table size -----------------------------------------------------
 json section_resize(uint64_t items, size_t batch, Placement placement) {
   Table t = Table::create("mem:", {8, 8, {2, 2, 8}, 1 << 16, 8}, gpu_options(placement));
@@ -691,6 +779,7 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> recovery_sizes = {1'000'000, 16'000'000, 64'000'000};
   std::vector<uint32_t> cache_values = {32, 128};
   std::vector<size_t> cache_batches = {size_t{1} << 16, size_t{1} << 20};
+  std::vector<size_t> small_sizes = {16, 64, 256, 1024, 4096};
   bool quick = false;
   GpuBatchesSpec gb;
   CLI::App* g = app.add_option_group("gpu-batches", "the gpu-batches section (with --ycsb-records, --ycsb-batch, widths)");
@@ -710,6 +799,7 @@ int main(int argc, char** argv) {
   g->add_option("--capacity", gb.capacity, "items before the first resize (0 = records / 16)");
   app.add_option("--cache-value-widths", cache_values)->capture_default_str();
   app.add_option("--cache-batches", cache_batches)->capture_default_str();
+  app.add_option("--small-sizes", small_sizes)->capture_default_str();
   app.add_option("--sections", sections, "Comma-separated sections")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON here");
   app.add_option("--hbm-bottom-level", hbm_bottom, "hbm: bottom level (22 = 100M slots, 1.6 GB)")->capture_default_str();
@@ -752,6 +842,7 @@ int main(int argc, char** argv) {
       results["resize_gpu_memory"] = section_resize(resize_items, batch, gphash::Placement::kGpuMemory);
       results["resize_mapped"] = section_resize(resize_items / 4, batch, gphash::Placement::kHostMapped);
     }
+    if (has("small")) results["small"] = section_small(ycsb_records / 4, small_sizes);
     if (has("recovery")) results["recovery"] = section_recovery(argv[0], recovery_sizes);
     if (has("gpu-batches")) {
       gb.records = ycsb_records, gb.batch = ycsb_batch, gb.key_width = ycsb_key, gb.value_width = ycsb_value;
