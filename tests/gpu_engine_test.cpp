@@ -175,6 +175,73 @@ TEST(GpuEngine, BatchesFullOfDuplicateKeysMatchTheModel) {
 // After a batch that repeated a key the next one is planned without a check. A batch whose ops
 // are in GPU memory and only search runs unplanned too. Host-mapped tables plan every batch that
 // may write.
+// Runs a mixed host batch (8-byte values) and checks every status and found value against the
+// model, which it advances. Call through ASSERT_NO_FATAL_FAILURE.
+void run_against_model(Table& t, uint32_t kw, const std::string& keys, const std::vector<Op>& ops,
+                       const std::string& values, Model& model, int round) {
+  const size_t n = ops.size();
+  std::string out(n * 8, '\0');
+  std::vector<OpStatus> status(n);
+  Batch b;
+  b.size = n;
+  b.key_width = kw;
+  b.value_width = 8;
+  b.ops = ops.data();
+  b.keys = keys.data();
+  b.values = values.data();
+  b.values_out = out.data();
+  b.status = status.data();
+  t.execute(b);
+  for (size_t i = 0; i < n; ++i) {
+    std::string found;
+    ASSERT_EQ(status[i], model.apply(ops[i], keys.substr(i * kw, kw), values.substr(i * 8, 8), &found))
+        << "round " << round << ", operation " << i;
+    if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
+      ASSERT_EQ(out.substr(i * 8, 8), found) << i;
+    }
+  }
+  ASSERT_EQ(t.size(), model.size());
+}
+
+// Small host batches (staged through pinned memory) whose keys the host finds distinct run
+// unplanned, with their serial runs inline, in both placements; a repeat keeps the plan. A small
+// table, so that unplanned batches also meet resizes and displacement.
+TEST(GpuEngine, SmallHostBatchesRunUnplannedUnlessAKeyRepeats) {
+  REQUIRE_GPU();
+  for (uint32_t kw : {8u, 16u})
+    for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {
+      SCOPED_TRACE(std::to_string(kw) + "-byte keys, " + (placement == Placement::kGpuMemory ? "GPU memory" : "host-mapped"));
+      TempPool pool("small-unplanned");
+      Table t = Table::create(pool.path(), {kw, 8, {2, 2, 8}, 1 << 8, 17}, gpu(placement));
+      std::mt19937_64 rng(kw + 1);
+      const size_t n = 700;
+      std::vector<std::string> universe(4 * n);
+      for (auto& k : universe) k = random_bytes(rng, kw);
+      Model model;
+      for (int round = 0; round < 24; ++round) {
+        const bool repeat = round % 4 == 3;
+        const size_t size = round % 6 == 5 ? 1 : n;
+        std::shuffle(universe.begin(), universe.end(), rng);
+        std::string keys, values = random_bytes(rng, size * 8);
+        std::vector<Op> ops(size);
+        for (size_t i = 0; i < size; ++i) {
+          keys += universe[i];
+          ops[i] = round < 4 ? Op::kInsert : static_cast<Op>(rng() % 5);
+        }
+        if (repeat && size > 20) {  // one key upserted, then erased, then searched
+          for (size_t at : {size_t{3}, size - 10, size - 5}) keys.replace(at * kw, kw, universe[3]);
+          ops[3] = Op::kUpsert, ops[size - 10] = Op::kErase, ops[size - 5] = Op::kSearch;
+        }
+        const bool searches_only = std::all_of(ops.begin(), ops.end(), [](Op op) { return op == Op::kSearch; });
+        ASSERT_NO_FATAL_FAILURE(run_against_model(t, kw, keys, ops, values, model, round));
+        EXPECT_EQ(t.info().last_batch_planned, repeat && size > 20 && !searches_only) << "round " << round;
+      }
+      EXPECT_GT(t.info().resizes, 0u);
+      const CheckResult c = t.check();
+      EXPECT_TRUE(c.ok) << c.violation;
+    }
+}
+
 TEST(GpuEngine, LargeWriteBatchesRunUnplannedUnlessAKeyRepeats) {
   REQUIRE_GPU();
   for (uint32_t kw : {8u, 16u})
@@ -191,7 +258,7 @@ TEST(GpuEngine, LargeWriteBatchesRunUnplannedUnlessAKeyRepeats) {
       for (int round = 0; round < 8; ++round) {
         const bool repeat = round == 2 || round == 5;
         std::shuffle(universe.begin(), universe.end(), rng);
-        std::string keys, values = random_bytes(rng, n * 8), out(n * 8, '\0');
+        std::string keys, values = random_bytes(rng, n * 8);
         std::vector<Op> ops(n);
         for (size_t i = 0; i < n; ++i) {
           keys += universe[i];
@@ -203,27 +270,8 @@ TEST(GpuEngine, LargeWriteBatchesRunUnplannedUnlessAKeyRepeats) {
           ops[10] = ops[n - 10] = Op::kInsert;
           ops[n - 5] = Op::kSearch;
         }
-        std::vector<OpStatus> status(n);
-        Batch b;
-        b.size = n;
-        b.key_width = kw;
-        b.value_width = 8;
-        b.ops = ops.data();
-        b.keys = keys.data();
-        b.values = values.data();
-        b.values_out = out.data();
-        b.status = status.data();
-        t.execute(b);
+        ASSERT_NO_FATAL_FAILURE(run_against_model(t, kw, keys, ops, values, model, round));
         EXPECT_EQ(t.info().last_batch_planned, placement == Placement::kHostMapped || planned[round]) << "round " << round;
-        for (size_t i = 0; i < n; ++i) {
-          std::string found;
-          ASSERT_EQ(status[i], model.apply(ops[i], keys.substr(i * kw, kw), values.substr(i * 8, 8), &found))
-              << "round " << round << ", operation " << i;
-          if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
-            ASSERT_EQ(out.substr(i * 8, 8), found) << i;
-          }
-        }
-        ASSERT_EQ(t.size(), model.size());
       }
       // Searches only, with their ops in GPU memory (the host cannot see that they only search).
       std::string keys;

@@ -55,7 +55,7 @@ struct TableInfo {
   double last_plan_seconds = 0, last_kernel_seconds = 0, last_slow_seconds = 0;
   // GPU engine: the last batch was planned (sorted by key). Batches of searches are not; batches
   // that write are, unless a check found that they repeat no key (GPU memory, host-driven batches
-  // of 2^15 operations or more).
+  // of 2^15 operations or more; either placement, host batches of up to 64 KiB, checked by the host).
   bool last_batch_planned = false;
   double open_map_seconds = 0;  // GPU engine: registering the pool's memory with CUDA at open
   double recovery_seconds = 0;  // the recovery steps of the last open (0 if the pool was clean)

@@ -614,13 +614,24 @@ class GpuEngine final : public Engine {
   // checks in a row the next 2^k - 1 batches (at most 63) are planned unchecked.
   // H200, 8-byte keys (bench/results/2026-11-28-unplanned-writes): 2^24 distinct inserts 2.85 ->
   // 3.81 G/s at load 0.5 (kernel 5.24 -> 3.19 ms; the check 1.24 ms against a 0.65 ms sort); YCSB
-  // LOAD at 2^16 387-462 -> 585-672 M/s. Host-mapped tables are always planned: there the same
-  // change left LOAD's kernel as it was (0.22 s: the slots' PCIe writes bound it) and the YCSB A
-  // that followed ran 35% slower with the same PCIe bytes per operation, which is not explained.
-  void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, bool host_waits, cudaStream_t stream) {
+  // LOAD at 2^16 387-462 -> 585-672 M/s. Larger host-mapped batches that write are always
+  // planned: there the same change left LOAD's kernel as it was (0.22 s: the slots' PCIe writes
+  // bound it) and the YCSB A that followed ran 35% slower with the same PCIe bytes per operation,
+  // which is not explained.
+  // A small batch staged through pinned memory (`staged`) is one the host has read whole: when
+  // `distinct_keys` (the host found no key twice) it runs unplanned in both placements, and its
+  // few serial runs (deferred operations) run inline: a small batch's cost is its launches, and
+  // this leaves one kernel between the two copies (H200, 16 to 256 writes, wall time per call:
+  // 55-59 -> 37-43 us in GPU memory, 58-66 -> 46-51 us host-mapped). A small planned batch is the
+  // opposite case, runs of operations on repeated keys that a few warps would walk one after
+  // another: serial_kernel spreads its runs over the whole GPU, in both placements (64 operations
+  // on 32 keys, host-mapped: 208 us inline, 63 us so).
+  // (bench/results/2026-11-28-small-batches; gpu_bench --sections small.)
+  void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, bool host_waits, bool staged,
+                            bool distinct_keys, cudaStream_t stream) {
     GPHASH_CUDA(cudaEventRecord(start_, stream));
     const bool plan_searches = !gpu_memory_ && KeyWidth == 8 && bv.n >= kPlanMappedSearchesFrom;
-    stats_.last_batch_planned = !search_only || plan_searches;
+    stats_.last_batch_planned = (!search_only && !distinct_keys) || plan_searches;
     if (stats_.last_batch_planned) {
       bool check_repeats = gpu_memory_ && !search_only && host_waits && bv.n >= kCheckRepeatsFrom;
       if (check_repeats && unchecked_left_ > 0) --unchecked_left_, check_repeats = false;
@@ -631,8 +642,36 @@ class GpuEngine final : public Engine {
       }
     }
     GPHASH_CUDA(cudaEventRecord(planned_, stream));
-    launch_batch(bv, stream);
+    launch_batch(bv, /*inline_serial=*/staged ? !stats_.last_batch_planned : !gpu_memory_, stream);
     GPHASH_CUDA(cudaEventRecord(ran_, stream));
+  }
+
+  // Whether a staged batch's keys (host memory) hold one key twice: an open-addressing set of
+  // their indices, compared in full. A probe longer than kMaxProbe (keys made to collide) answers
+  // "maybe", which only costs the plan.
+  bool may_repeat_a_key(const Batch& b, size_t offset, size_t n) {
+    constexpr size_t kMaxProbe = 64;
+    const size_t entries = std::bit_ceil(2 * n), mask = entries - 1;
+    seen_on_host_.assign(entries, 0);
+    const auto* keys = offset_ptr<std::byte>(b.keys, offset * KeyWidth);
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t words[T::kKeyWords] = {};
+      std::memcpy(words, keys + i * KeyWidth, KeyWidth);
+      // One multiply a word (1,024 16-byte keys: 2.9 us on the 2-core VM, 7.0 with mix64 a word).
+      uint64_t h = repeat_seed_;
+      for (uint64_t w : words) h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+      h ^= h >> 32;
+      for (size_t probe = 0, at = h & mask;; ++probe, at = (at + 1) & mask) {
+        if (probe == kMaxProbe) return true;
+        const uint32_t other = seen_on_host_[at];
+        if (!other) {
+          seen_on_host_[at] = static_cast<uint32_t>(i + 1);
+          break;
+        }
+        if (std::memcmp(keys + (other - 1) * KeyWidth, words, KeyWidth) == 0) return true;
+      }
+    }
+    return false;
   }
 
   double elapsed(cudaEvent_t a, cudaEvent_t b) {
@@ -650,7 +689,8 @@ class GpuEngine final : public Engine {
     Staged staged;
     BatchView bv = stage(b, offset, n, search_only, stream, &staged);
     if (!staged.out_bytes) upload_counters(stream);
-    launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/true, stream);
+    const bool distinct_keys = staged.out_bytes && !search_only && !may_repeat_a_key(b, offset, n);
+    launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/true, staged.out_bytes != 0, distinct_keys, stream);
     // One wait for the counters and, for a staged batch, its outputs (needed again only if the
     // slow path runs).
     if (staged.out_bytes) {
@@ -712,7 +752,8 @@ class GpuEngine final : public Engine {
     cache_.before_batch(dt_, n, stream);
     BatchView bv = stage(b, offset, n, search_only, stream);
     prepare_batch(n, stream);
-    launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/false, stream);
+    launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/false, /*staged=*/false, /*distinct_keys=*/false,
+                         stream);
     SlowPathFlags flags;
     flags.allow_displacement = options_.max_load_factor > 0;
     flags.table_exhausted = true;  // no host in the stream: what displacement cannot place fails
@@ -879,10 +920,10 @@ class GpuEngine final : public Engine {
     return true;
   }
 
-  void launch_batch(const BatchView& bv, cudaStream_t stream) {
+  void launch_batch(const BatchView& bv, bool inline_serial, cudaStream_t stream) {
     switch (options_.gpu_kernels) {
       case GpuKernels::kWarp:
-        if (!gpu_memory_) {  // host-mapped: the serial runs inline (batch_kernel says why)
+        if (inline_serial) {  // host-mapped batches but small planned ones (batch_kernel, launch_parallel_pass say why)
           batch_kernel<Access::kMirror, T, true><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
           break;
         }
@@ -1270,6 +1311,8 @@ class GpuEngine final : public Engine {
   PinnedBuffer<uint32_t> host_plan_writes_;  // ... read by the host after a check
   DeviceBuffer<uint64_t> seen_;            // plan(): the keys' hashes, to find repeated keys
   unsigned repeat_streak_ = 0, unchecked_left_ = 0;  // launch_parallel_pass: checks that found repeats
+  std::vector<uint32_t> seen_on_host_;                 // may_repeat_a_key
+  const uint64_t repeat_seed_ = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   unsigned serial_blocks_ = 0;              // serial_grid()
 #if GPHASH_CRASH_POINTS
   DeviceBuffer<CrashCountdown> countdown_;
