@@ -92,6 +92,66 @@ TEST(Streams, BatchesEnqueuedOnOneStreamSeeEachOtherWithoutHostWaits) {
   EXPECT_TRUE(Table::check_pool(pool.path()).ok);
 }
 
+// Table::submit: a small host batch is on its way when submit returns, and wait() finishes it;
+// any other call on the table finishes it first, so waiting is optional and order is kept. Both
+// placements; inserts that fill a small table past its load factor take the slow path in the
+// second half.
+TEST(Submit, HostBatchesFinishOnWaitOrOnTheTablesNextCall) {
+  REQUIRE_GPU();
+  for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {
+    SCOPED_TRACE(placement == Placement::kGpuMemory ? "GPU memory" : "host-mapped");
+    OpenOptions o = gpu();
+    o.placement = placement;
+    TempPool pool("submit");
+    Table t = Table::create(pool.path(), {8, 8, {}, 64, 1}, o);
+    uint64_t next_key = 1;
+    for (int round = 0; round < 200; ++round) {
+      // 256 inserts of new keys, then (without waiting) a search of them and of earlier ones.
+      std::vector<uint64_t> keys = key_range(next_key, 256), values(256), found(512);
+      for (size_t i = 0; i < keys.size(); ++i) values[i] = keys[i] * 3 + 1;
+      next_key += 256;
+      std::vector<OpStatus> ins(256), st(512);
+      Batch insert;
+      insert.size = 256, insert.key_width = 8, insert.value_width = 8, insert.op = Op::kInsert;
+      insert.keys = keys.data(), insert.values = values.data(), insert.status = ins.data();
+      BatchEvent e = t.submit(insert);
+      std::vector<uint64_t> probe = keys;
+      std::mt19937_64 rng(round);
+      for (int i = 0; i < 256; ++i) probe.push_back(1 + rng() % (next_key + 255));  // earlier keys and some never inserted
+      Batch search;
+      search.size = 512, search.key_width = 8, search.value_width = 8, search.op = Op::kSearch;
+      search.keys = probe.data(), search.values_out = found.data(), search.status = st.data();
+      if (round % 3 == 0) e.wait();  // otherwise the next call finishes it
+      BatchEvent s = round % 2 ? t.submit(search) : BatchEvent{};
+      if (round % 2 == 0) t.execute(search);
+      s.wait();
+      EXPECT_TRUE(e.ready());
+      for (int i = 0; i < 256; ++i) ASSERT_EQ(ins[i], OpStatus::kOk) << round << " " << i;
+      for (int i = 0; i < 512; ++i) {
+        const bool present = probe[i] < next_key;
+        ASSERT_EQ(st[i], present ? OpStatus::kOk : OpStatus::kNotFound) << round << " " << i;
+        if (present) ASSERT_EQ(found[i], probe[i] * 3 + 1) << round << " " << i;
+      }
+    }
+    EXPECT_GT(t.info().resizes, 0u);
+    EXPECT_EQ(t.size(), next_key - 1);
+    // A batch submitted and never waited for is finished by close, durably.
+    std::vector<uint64_t> last = key_range(next_key, 16), last_values(16, 5);
+    std::vector<OpStatus> last_status(16);
+    Batch b;
+    b.size = 16, b.key_width = 8, b.value_width = 8, b.op = Op::kUpsert;
+    b.keys = last.data(), b.values = last_values.data(), b.status = last_status.data();
+    BatchEvent pending = t.submit(b);
+    t.close();
+    EXPECT_TRUE(pending.ready());
+    pending.wait();
+    for (OpStatus x : last_status) EXPECT_EQ(x, OpStatus::kOk);
+    EXPECT_TRUE(Table::check_pool(pool.path()).ok);
+    Table again = Table::open(pool.path(), o);
+    EXPECT_EQ(again.size(), next_key - 1 + 16);
+  }
+}
+
 TEST(Streams, ADeviceBatchIsNeverReadByTheHost) {
   REQUIRE_GPU();
   Table t = Table::create("mem:", {8, 8, {}, 1024, 2}, gpu());

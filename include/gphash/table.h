@@ -51,7 +51,9 @@ struct TableInfo {
   double last_resize_seconds = 0;
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch
   // GPU engine, by stage: plan (hash, repeated-key check, sort), the parallel kernel, the exclusive
-  // slow path.
+  // slow path. A host batch of up to 64 KiB (staged through pinned memory) is timed on the host,
+  // without the events that would cost it several microseconds: plan 0, and as kernel time the
+  // host's time from its launch to its results (for Table::submit, to the wait).
   double last_plan_seconds = 0, last_kernel_seconds = 0, last_slow_seconds = 0;
   // GPU engine: the last batch was planned (sorted by key). Batches of searches are not; batches
   // that write are, unless a check found that they repeat no key (GPU memory, host-driven batches
@@ -208,6 +210,15 @@ class Table {
   // for the batch's inserts is made before it is enqueued (heap cells, a resize past the load
   // factor); an insert that displacement still cannot place gets kTableFull.
   BatchEvent execute_async(const Batch& batch, CUstream_st* stream);
+
+  // Runs a batch of host arrays as execute() does, in two halves, so the caller can work while
+  // the GPU does (Mega-KV's overlap of the index batch with the CPU's work: gphash-server): it
+  // returns once the batch is on its way, and wait() on the returned event finishes it (outputs
+  // written, writes durable, as when execute returns; errors thrown there). GPU engine, batches
+  // small enough to stage through pinned memory (64 KiB of inputs); other batches and engines run
+  // in submit(). The arrays must stay valid until wait() returns. The table runs one batch at a
+  // time: any other call on it finishes the submitted batch first, so waiting is optional.
+  BatchEvent submit(const Batch& batch);
 
   // Device sessions (GPU engine): user kernels on `stream` work on the table through a
   // gphash::gpu::TableRef (include/gphash/gpu/table_ref.cuh). While a session is open, host

@@ -94,6 +94,12 @@ class Engine {
     execute(batch);
     return nullptr;
   }
+  // Starts a batch of host arrays (Table::submit) and returns a completion whose wait() finishes
+  // it, or runs it at once and returns null (engines that cannot split a batch).
+  virtual std::shared_ptr<Completion> submit(const Batch& batch) {
+    execute(batch);
+    return nullptr;
+  }
   // Device sessions: user kernels on `stream` operate on the table through a view (GPU engine).
   virtual DeviceSession begin_device_session(uint64_t max_new_items, void* stream);
   virtual std::shared_ptr<Completion> end_device_session(void* stream);

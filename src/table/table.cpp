@@ -329,6 +329,32 @@ void Table::execute(const Batch& b) {
   }
 }
 
+BatchEvent Table::submit(const Batch& b) {
+  impl_->check_usable();
+  if (b.size == 0) return {};
+  if (impl_->shards || b.memory == MemorySpace::kDevice) {  // a sharded batch spans several GPUs
+    execute(b);
+    return {};
+  }
+  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
+  std::shared_ptr<engine::Completion> done;
+  if (writes) {
+    {
+      std::unique_lock lock(impl_->batches);
+      done = impl_->guarded([&] {
+        snapshot::count_pool_writes(*impl_->pool, writes);
+        return impl_->engine->submit(b);
+      });
+    }
+    // A snapshot this wakes finishes the batch first (Engine::prepare_snapshot).
+    impl_->after_writing_batch();
+  } else {
+    std::shared_lock lock(impl_->batches);
+    done = impl_->guarded([&] { return impl_->engine->submit(b); });
+  }
+  return BatchEvent(std::move(done));
+}
+
 BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
   impl_->check_usable();
   if (b.size == 0) return {};

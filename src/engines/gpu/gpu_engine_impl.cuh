@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -90,6 +91,33 @@ class GpuCompletion final : public Completion {
 
  private:
   Event done_;
+  std::mutex mutex_;
+  std::exception_ptr error_;
+};
+
+// The completion of a submitted batch (Table::submit): waiting finishes it on the waiting thread.
+// The engine settles it before it closes, so `finish` never outlives the engine while needed.
+class SubmittedCompletion final : public Completion {
+ public:
+  explicit SubmittedCompletion(std::function<void()> finish) : finish_(std::move(finish)) {}
+  void wait() override {
+    if (!done_.load(std::memory_order_acquire)) finish_();
+    std::lock_guard lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool ready() override { return done_.load(std::memory_order_acquire); }  // finished, not merely run
+  void* cuda_event() override { return nullptr; }
+  void settle(std::exception_ptr error) {
+    {
+      std::lock_guard lock(mutex_);
+      error_ = error;
+    }
+    done_.store(true, std::memory_order_release);
+  }
+
+ private:
+  std::function<void()> finish_;
+  std::atomic<bool> done_{false};
   std::mutex mutex_;
   std::exception_ptr error_;
 };
@@ -190,7 +218,7 @@ class GpuEngine final : public Engine {
 
   void execute(const Batch& batch) override {
     std::lock_guard lock(mutex_);
-    wait_settled();
+    settle();
     if (session_open_)
       throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
     for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
@@ -207,9 +235,35 @@ class GpuEngine final : public Engine {
     return done;
   }
 
+  // Table::submit: a host batch small enough to stage runs in two halves, begin_chunk now and
+  // end_chunk when the caller waits (or the table's next call comes), so the caller works while
+  // the GPU does; anything else runs at once.
+  std::shared_ptr<Completion> submit(const Batch& batch) override {
+    std::lock_guard lock(mutex_);
+    settle();
+    if (session_open_)
+      throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
+    if (batch.memory == MemorySpace::kDevice || batch.size > kMaxChunk) {
+      for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
+        execute_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset));
+      return nullptr;
+    }
+    ChunkInFlight c = begin_chunk(batch, 0, batch.size);
+    if (!c.staged.out_bytes) {
+      end_chunk(c);
+      return nullptr;
+    }
+    submitted_ = c;
+    submitted_done_ = std::make_shared<SubmittedCompletion>([this] {
+      std::lock_guard lock(mutex_);
+      finish_submitted();
+    });
+    return submitted_done_;
+  }
+
   DeviceSession begin_device_session(uint64_t max_new_items, void* stream) override {
     std::lock_guard lock(mutex_);
-    wait_settled();
+    settle();
     if (session_open_) throw Error(ErrorCode::kInvalidArgument, "a device session is already open on this table");
     if (pool_.read_only() && max_new_items)
       throw Error(ErrorCode::kReadOnly, "pool " + pool_.path() + " is open read-only: a session can only search");
@@ -240,7 +294,7 @@ class GpuEngine final : public Engine {
 
   void save() override {
     std::lock_guard lock(mutex_);
-    wait_settled();
+    settle();
     save_locked();
   }
 
@@ -256,18 +310,23 @@ class GpuEngine final : public Engine {
     if (session_open_)
       throw Error(ErrorCode::kInvalidArgument,
                   "a device session is open on this table (its kernels may be writing): end it before taking a snapshot");
-    wait_settled();
+    settle();
     collect_marks();
   }
 
   void abandon() override {
     std::lock_guard lock(mutex_);
+    if (submitted_done_)
+      submitted_done_->settle(std::make_exception_ptr(Error(ErrorCode::kTableFailed, "the table was abandoned before this batch finished")));
+    submitted_.reset();
+    submitted_done_.reset();
     closed_ = true;
   }
   void close() override {
     std::lock_guard lock(mutex_);
+    finish_submitted();  // read-only tables too: its completion must not outlive the engine unsettled
     if (closed_ || pool_.read_only()) return;
-    wait_settled();  // throws if a batch failed: the pool then stays dirty for the next open
+    settle();  // throws if a batch failed: the pool then stays dirty for the next open
     save_locked();
     meta_.mark_clean(items_);
     closed_ = true;
@@ -275,7 +334,7 @@ class GpuEngine final : public Engine {
 
   size_t export_items(uint64_t& position, const ExportChunk& chunk, uint64_t& damaged) override {
     std::lock_guard lock(mutex_);
-    wait_settled();
+    settle();
     const uint64_t total = slot_capacity();
     if (position >= total) {
       position = ~uint64_t{0};
@@ -309,7 +368,7 @@ class GpuEngine final : public Engine {
 
   std::vector<uint64_t> level_items() override {
     std::lock_guard lock(mutex_);
-    wait_settled();
+    settle();
     std::vector<uint64_t> counts;
     for (uint32_t l = dt_.bottom; l < dt_.bottom + T::L; ++l) {
       reset_scan();
@@ -629,7 +688,7 @@ class GpuEngine final : public Engine {
   // (bench/results/2026-11-28-small-batches; gpu_bench --sections small.)
   void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, bool host_waits, bool staged,
                             bool distinct_keys, cudaStream_t stream) {
-    GPHASH_CUDA(cudaEventRecord(start_, stream));
+    if (!staged) GPHASH_CUDA(cudaEventRecord(start_, stream));
     const bool plan_searches = !gpu_memory_ && KeyWidth == 8 && bv.n >= kPlanMappedSearchesFrom;
     stats_.last_batch_planned = (!search_only && !distinct_keys) || plan_searches;
     if (stats_.last_batch_planned) {
@@ -641,9 +700,9 @@ class GpuEngine final : public Engine {
         unchecked_left_ = (1u << repeat_streak_) - 1;
       }
     }
-    GPHASH_CUDA(cudaEventRecord(planned_, stream));
+    if (!staged) GPHASH_CUDA(cudaEventRecord(planned_, stream));
     launch_batch(bv, /*inline_serial=*/staged ? !stats_.last_batch_planned : !gpu_memory_, stream);
-    GPHASH_CUDA(cudaEventRecord(ran_, stream));
+    if (!staged) GPHASH_CUDA(cudaEventRecord(ran_, stream));
   }
 
   // Whether a staged batch's keys (host memory) hold one key twice: an open-addressing set of
@@ -680,21 +739,47 @@ class GpuEngine final : public Engine {
     return ms / 1e3;
   }
 
+  // A host-driven chunk between its two halves (execute runs both at once; submit leaves it here
+  // until the caller waits or the table's next call comes).
+  struct ChunkInFlight {
+    Batch b;
+    size_t offset = 0, n = 0;
+    Staged staged;
+    BatchView bv{};
+    std::chrono::steady_clock::time_point launched;
+  };
+
   // execute: the host drives the slow path between the parallel pass and the copy-out.
   void execute_chunk(const Batch& b, size_t offset, size_t n) {
+    ChunkInFlight c = begin_chunk(b, offset, n);
+    end_chunk(c);
+  }
+
+  // Everything up to the first wait: staging, the parallel pass and, for a staged batch, the copy
+  // of its outputs.
+  ChunkInFlight begin_chunk(const Batch& b, size_t offset, size_t n) {
     const cudaStream_t stream = batch_stream_;
+    ChunkInFlight c{b, offset, n};
     const bool search_only = is_search_only(b, offset, n);
     cache_.before_batch(dt_, n, stream);
     prepare_batch(n, stream, /*upload=*/false);
-    Staged staged;
-    BatchView bv = stage(b, offset, n, search_only, stream, &staged);
-    if (!staged.out_bytes) upload_counters(stream);
-    const bool distinct_keys = staged.out_bytes && !search_only && !may_repeat_a_key(b, offset, n);
-    launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/true, staged.out_bytes != 0, distinct_keys, stream);
-    // One wait for the counters and, for a staged batch, its outputs (needed again only if the
-    // slow path runs).
+    c.bv = stage(b, offset, n, search_only, stream, &c.staged);
+    if (!c.staged.out_bytes) upload_counters(stream);
+    const bool distinct_keys = c.staged.out_bytes && !search_only && !may_repeat_a_key(b, offset, n);
+    c.launched = std::chrono::steady_clock::now();  // a staged batch is timed on the host (no events)
+    launch_parallel_pass(c.bv, search_only, ops_unread(b), /*host_waits=*/true, c.staged.out_bytes != 0, distinct_keys,
+                         stream);
+    if (c.staged.out_bytes) copy_staged_outputs(c.staged, stream);
+    return c;
+  }
+
+  // The rest: one wait for the counters and, for a staged batch, its outputs (needed again only if
+  // the slow path runs), the slow path, the outputs.
+  void end_chunk(ChunkInFlight& c) {
+    const cudaStream_t stream = batch_stream_;
+    const Batch& b = c.b;
+    const Staged& staged = c.staged;
     if (staged.out_bytes) {
-      copy_staged_outputs(staged, stream);
       GPHASH_CUDA(cudaStreamSynchronize(stream));
       take_staged_counters();
     } else {
@@ -704,7 +789,7 @@ class GpuEngine final : public Engine {
     double slow_seconds = 0;
     if (slow) {
       const auto slow0 = std::chrono::steady_clock::now();
-      slow_path(bv, stream);
+      slow_path(c.bv, stream);
       slow_seconds = seconds_since(slow0);
       if (staged.out_bytes) {
         copy_staged_outputs(staged, stream);
@@ -713,18 +798,21 @@ class GpuEngine final : public Engine {
     }
     if (b.memory != MemorySpace::kDevice) {
       if (staged.out_bytes) {
-        unpack_staged_outputs(b, offset, n, staged);
+        unpack_staged_outputs(b, c.offset, c.n, staged);
       } else {
-        GPHASH_CUDA(cudaMemcpyAsync(b.status + offset, bv.status, n, cudaMemcpyDeviceToHost, stream));
+        GPHASH_CUDA(cudaMemcpyAsync(b.status + c.offset, c.bv.status, c.n, cudaMemcpyDeviceToHost, stream));
         if (b.values_out)
-          GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + offset * dt_.value_width, bv.values_out,
-                                      n * dt_.value_width, cudaMemcpyDeviceToHost, stream));
+          GPHASH_CUDA(cudaMemcpyAsync(static_cast<std::byte*>(b.values_out) + c.offset * dt_.value_width, c.bv.values_out,
+                                      c.n * dt_.value_width, cudaMemcpyDeviceToHost, stream));
         // The final counters and the outputs: the batch is acknowledged after this.
         read_counters(stream);
       }
     }
-    stats_.last_plan_seconds = elapsed(start_, planned_);
-    stats_.last_kernel_seconds = elapsed(planned_, ran_);
+    // Timing events cost a small batch 6-11 us (H200, gpu_bench --sections small's floor): a staged
+    // batch counts the host's time from its launch to its results as kernel time, an upper bound
+    // (for a submitted batch it includes the caller's work until it waited).
+    stats_.last_plan_seconds = staged.out_bytes ? 0 : elapsed(start_, planned_);
+    stats_.last_kernel_seconds = staged.out_bytes ? seconds_since(c.launched) - slow_seconds : elapsed(planned_, ran_);
     stats_.last_slow_seconds = slow_seconds;
     stats_.last_batch_device_seconds = stats_.last_plan_seconds + stats_.last_kernel_seconds + stats_.last_slow_seconds;
     items_ = static_cast<uint64_t>(static_cast<long long>(items_) + host_counters_.get()->item_delta);
@@ -734,10 +822,33 @@ class GpuEngine final : public Engine {
     }
   }
 
+  // The submitted chunk, if any, finished (called with mutex_ held, first thing in every call that
+  // uses the table). A failure leaves the table failed, as an asynchronous batch's does.
+  void finish_submitted() {
+    if (!submitted_) return;
+    ChunkInFlight c = *submitted_;
+    submitted_.reset();
+    std::shared_ptr<SubmittedCompletion> done = std::move(submitted_done_);
+    std::exception_ptr error;
+    try {
+      end_chunk(c);
+    } catch (...) {
+      error = std::current_exception();
+      std::lock_guard lock(jobs_mutex_);
+      if (!failure_) failure_ = error;
+    }
+    if (done) done->settle(error);
+  }
+  // No batch of this table in flight, submitted or asynchronous.
+  void settle() {
+    finish_submitted();
+    wait_settled();
+  }
+
   // execute_async: everything in stream order on the caller's stream; the host only grows the
   // table beforehand and settles afterwards.
   std::shared_ptr<Completion> enqueue_chunk(const Batch& b, size_t offset, size_t n, cudaStream_t stream) {
-    wait_settled();
+    settle();
     const bool search_only = is_search_only(b, offset, n);
     if (!search_only && !pool_.read_only()) {
       reserve_cells(n);
@@ -1279,6 +1390,8 @@ class GpuEngine final : public Engine {
   Stream batch_stream_;  // host batches (execute)
   Stream slow_stream_;   // table-wide passes (open, resize, export) and the completion thread
   Event start_, planned_, ran_, counted_{false};
+  std::optional<ChunkInFlight> submitted_;  // Table::submit's chunk between its halves
+  std::shared_ptr<SubmittedCompletion> submitted_done_;
   // The batch counters sit between the inputs and the outputs of execute's small batches in one
   // device region, [inputs | counters | outputs], laid out alike in pinned host memory: a staged
   // batch goes in with its counters in one copy and comes out with them in one copy.
