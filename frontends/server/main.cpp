@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
     config.index_threads = o.index_threads;
     config.index_shards = o.index_shards;
     config.force_flush = o.force_flush;
+    config.pipeline = o.pipeline;
     config.snapshots = o.snapshots;
     store = std::make_unique<kv::KvStore>(config);
     uint16_t port = o.port;

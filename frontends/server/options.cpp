@@ -64,6 +64,11 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--devices", devices, "shard the index over these GPUs, one shard per entry: 0,1 (every GPU given); 0,0 = two shards on GPU 0");
   app.add_option("--batch-size", o.batch_size, "start a round at this many pending commands (default 256)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--batch-period-us", period_us, "... or when the oldest has waited this long (default 0: at once, batching what arrives during a round)")->check(CLI::Range(0, 1000000));
+  std::string pipeline = "auto";
+  app.add_option("--pipeline", pipeline,
+                 "overlap each round's index batch with resolving the round before: auto (default: with --engine gpu), on, off; "
+                 "off whenever --snapshot is given")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
   app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");
@@ -87,6 +92,9 @@ Options parse_options(int argc, char** argv) {
   o.batch_period = std::chrono::microseconds(period_us);
   o.mode = mode == "store" ? kv::Mode::kStore : kv::Mode::kCache;
   o.engine = engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
+  // The CPU engine runs a batch before submit returns: nothing would overlap, and writes would
+  // wait a round longer.
+  o.pipeline = pipeline == "on" || (pipeline == "auto" && o.engine == EngineKind::kGpu);
   if (!devices.empty()) {
     for (size_t pos = 0; pos <= devices.size();) {
       size_t comma = devices.find(',', pos);

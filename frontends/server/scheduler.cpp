@@ -77,17 +77,17 @@ void Scheduler::run() {
 
 // Runs rounds while they are due (called with the lock held; returns with it held), and when none
 // is due, or when a large round's waiters would wait long for the next (KvStore::commit_alone_pays),
-// writes the last round's index changes alone, so nothing waits once the queue is empty.
-// A receiver (self) runs one round and goes back to its connections, whose replies wait until it
-// does: further rounds, and the last changes, are the scheduler thread's. Results for `self`'s
-// connections go to `own_done`, the others' to their workers.
+// moves the store's work in hand on (KvStore::step), so nothing waits once the queue is empty.
+// A receiver (self) runs until the round it started is resolved and goes back to its connections,
+// whose replies wait until it does: further rounds, and what is left in hand, are the scheduler
+// thread's. Results for `self`'s connections go to `own_done`, the others' to their workers.
 void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done) {
   running_ = true;
-  bool ran = false;
+  uint64_t own_round = 0;  // the receiver's round, numbered as runs_ counts them
   for (;;) {
     const bool round_due = due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty());
-    const bool changes_left = !waiting_.empty() || store_.has_pending();
-    if (self && ran && (round_due || changes_left)) break;
+    const bool in_hand = store_.has_pending();
+    if (self && own_round && store_.rounds_resolved() >= own_round && (round_due || in_hand)) break;
     if (round_due && !store_.commit_alone_pays()) {
       const bool by_size = queued_commands_ >= threshold_;
       const auto arrived = first_arrival_;
@@ -96,64 +96,66 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
       lock.unlock();
       const auto start = std::chrono::steady_clock::now();
       execute_round(self, own_done);
+      if (self && !own_round) own_round = runs_;
       stats_.rounds++;
       (by_size ? stats_.by_size : stats_.by_period)++;
       stats_.wait_ns += ns_between(arrived, start);
       stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
       lock.lock();
-      ran = true;
-    } else if (changes_left) {
+    } else if (in_hand) {
       lock.unlock();
       const auto start = std::chrono::steady_clock::now();
-      store_.commit();
-      complete(waiting_, self, own_done);
+      store_.step();
+      complete_settled(self, own_done);
       stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
       lock.lock();
     } else {
       break;
     }
   }
-  unfinished_ = !waiting_.empty() || store_.has_pending();
+  unfinished_ = store_.has_pending() || !active_.empty();
   running_ = false;
   if (!queue_.empty() || unfinished_) cv_.notify_one();
 }
 
-// One round: its searches go to the index with the previous round's changes (KvStore::run). Then
-// the previous round's waiting requests are final, and so are this round's whose commands all
-// settled; the rest wait for the next index batch.
+// One round: its commands go to the store (KvStore::run: resolved now, or by the next run when
+// the store is pipelined); then every request whose commands are all final is answered.
 void Scheduler::execute_round(Worker* self, std::vector<Connection*>& own_done) {
   cmds_.clear();
   for (const Submission& s : round_)
     for (kv::KvCommand& c : s.request->cmds) cmds_.push_back(&c);
   store_.run(cmds_);
+  ++runs_;
   {
     std::lock_guard lock(slab_mu_);
     slabs_ = store_.slab_stats();
   }
-  complete(waiting_, self, own_done);
-  for (const Submission& s : round_) {
-    const bool settled = std::all_of(s.request->cmds.begin(), s.request->cmds.end(), [](const kv::KvCommand& c) { return c.settled; });
-    (settled ? settled_ : waiting_).push_back(s);
-  }
-  complete(settled_, self, own_done);
+  active_.insert(active_.end(), round_.begin(), round_.end());
+  complete_settled(self, own_done);
   stats_.commands += cmds_.size();
   if (cmds_.size() > stats_.max_round) stats_.max_round = cmds_.size();
   round_.clear();
 }
 
-// Hands finished requests to their workers (empties `done`).
-void Scheduler::complete(std::vector<Submission>& done, Worker* self, std::vector<Connection*>& own_done) {
-  for (const Submission& s : done) {
+// Hands the requests whose commands are all final (KvCommand::settled) to their workers.
+void Scheduler::complete_settled(Worker* self, std::vector<Connection*>& own_done) {
+  size_t kept = 0;
+  for (const Submission& s : active_) {
+    const auto& cmds = s.request->cmds;
+    if (!std::all_of(cmds.begin(), cmds.end(), [](const kv::KvCommand& c) { return c.settled; })) {
+      active_[kept++] = s;
+      continue;
+    }
     s.request->done.store(true, std::memory_order_release);
     if (s.worker == self) own_done.push_back(s.conn);
     else done_[s.worker].push_back(s.conn);
   }
+  active_.resize(kept);
   for (auto& [worker, conns] : done_) {
     if (conns.empty()) continue;
     worker->complete(conns);
     conns.clear();
   }
-  done.clear();
 }
 
 }  // namespace gphash::server

@@ -67,7 +67,9 @@ struct Submission {
 };
 
 // Mega-KV's scheduler: forms rounds from the requests the receivers queued and runs them on the
-// KvStore, one at a time, each round's index changes riding with the next round's searches. A round starts when --batch-size commands wait or the oldest has waited
+// KvStore, one at a time, each round's index changes riding with the next round's searches (with
+// the GPU index, pipelined: a round's searches run on the GPU while the round before is resolved,
+// KvConfig::pipeline). A round starts when --batch-size commands wait or the oldest has waited
 // --batch-period-us. Who runs it: the receiver whose submission makes it due when no round is
 // running (no thread handoff on the common path: the dominant cost on a small machine, see
 // docs/PROTOCOL.md), otherwise the scheduler thread when the period expires. Requests that arrive
@@ -93,7 +95,7 @@ class Scheduler {
   bool due(std::chrono::steady_clock::time_point now) const;
   void drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done);
   void execute_round(Worker* self, std::vector<Connection*>& own_done);
-  void complete(std::vector<Submission>& done, Worker* self, std::vector<Connection*>& own_done);
+  void complete_settled(Worker* self, std::vector<Connection*>& own_done);
 
   kv::KvStore& store_;
   const size_t threshold_;
@@ -104,13 +106,13 @@ class Scheduler {
   size_t queued_commands_ = 0;
   std::chrono::steady_clock::time_point first_arrival_;
   bool running_ = false;  // a round is being run (by a receiver or the scheduler thread)
-  bool unfinished_ = false;  // a round's index changes wait to be written, and nobody is running
+  bool unfinished_ = false;  // the store has work in hand (KvStore::has_pending), and nobody is running
   bool stopping_ = false;
   // The round being run; only the thread that set running_ touches these.
   std::vector<Submission> round_;
-  std::vector<Submission> waiting_;  // resolved, final after the next index batch (KvStore::run)
-  std::vector<Submission> settled_;
+  std::vector<Submission> active_;  // at the store, not yet answered (some command not final)
   std::vector<kv::KvCommand*> cmds_;
+  uint64_t runs_ = 0;  // rounds given to the store
   std::unordered_map<Worker*, std::vector<Connection*>> done_;
   mutable std::mutex slab_mu_;
   std::vector<kv::SlabClassStats> slabs_;

@@ -130,6 +130,7 @@ void settings(std::string& out, const ServerContext& ctx) {
   stat(out, "gphash_index_shards", o.index_shards.size());
   stat(out, "gphash_batch_size", o.batch_size);
   stat(out, "gphash_batch_period_us", o.batch_period.count());
+  stat(out, "gphash_pipeline", ctx.store->pipelined() ? "on" : "off");
   stat(out, "gphash_conn_buffer_limit", o.conn_buffer_limit);
 }
 

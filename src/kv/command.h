@@ -66,8 +66,9 @@ struct KvCommand {
   bool token_sent = false;  // mg: another client already won the right to recompute (meta Z)
   bool hit_before = false;       // mg h
   uint32_t last_access_ago = 0;  // mg l
-  // Final once the round is resolved: the command neither changed a signature's head nor read
-  // one its round changed, so nothing it reports waits on the index (KvStore::run).
+  // Final: set when the round is resolved if the command neither changed a signature's head nor
+  // read one that an unwritten change touches (nothing it reports waits on the index), otherwise
+  // once the batch carrying its round's index changes is done (KvStore::run).
   bool settled = false;
 };
 

@@ -92,22 +92,38 @@ struct KvStore::Index {
   }
 };
 
-// A round's index changes, written with the next round's searches: entries (erases and upserts,
-// one per signature, so their order does not matter), the round's slot of each, and the commands
-// that wait for them.
+// A round's index changes (erases and upserts of signature heads, one per signature, so their
+// order does not matter), the round's slot of each, the commands that wait for them and, in store
+// mode, the chunks the round unlinked (reused once the changes are in the index).
 struct KvStore::Pending {
   std::vector<Op> ops;
   std::vector<Signature> keys;
   std::vector<Location> values;  // upserts: the new head; erases: unused
   std::vector<uint32_t> slots;
   std::vector<std::pair<KvCommand*, uint32_t>> waiting;  // unsettled commands and their slots
+  std::vector<Location> deferred;
   uint32_t round_slots = 0;
 
-  bool empty() const { return keys.empty() && waiting.empty(); }
+  size_t changes() const { return slots.size(); }
+  bool empty() const { return slots.empty() && waiting.empty() && deferred.empty(); }
   void clear() {
-    ops.clear(), keys.clear(), values.clear(), slots.clear(), waiting.clear();
+    ops.clear(), keys.clear(), values.clear(), slots.clear(), waiting.clear(), deferred.clear();
     round_slots = 0;
   }
+};
+
+// The index batch on its way (Table::submit): a round's changes, then the launched round's
+// searches; its arrays stay put until it is finished.
+struct KvStore::InFlight {
+  Pending changes;
+  std::vector<Op> ops;
+  std::vector<Signature> keys;
+  std::vector<Location> values, results;
+  std::vector<OpStatus> status;
+  size_t searches = 0;
+  uint64_t submit_ns = 0;
+  BatchEvent event;
+  bool active = false;
 };
 
 // The state of one round: the signatures it touches, what the index held for them when the round
@@ -117,15 +133,21 @@ struct KvStore::Round {
   std::vector<Location> found;
   std::vector<Location> head;
   std::vector<uint8_t> dirty;
+  // Pipelined: the head came from the changes on their way (the in-flight batch's slot for it,
+  // UINT32_MAX: from the index).
+  std::vector<uint32_t> overlaid;
   std::unordered_map<Signature, uint32_t, SignatureHash> slot;
   std::vector<uint32_t> cmd_slot;
-  std::vector<std::vector<Location>> victims;  // per class: eviction candidates searched ahead
+  // Per class: eviction candidates searched ahead, with their cas (the chunk may hold another item
+  // by the time the round is resolved).
+  std::vector<std::vector<std::pair<Location, uint64_t>>> victims;
 
   void clear() {
     sigs.clear();
     found.clear();
     head.clear();
     dirty.clear();
+    overlaid.clear();
     slot.clear();
     cmd_slot.clear();
     for (auto& v : victims) v.clear();
@@ -138,7 +160,13 @@ struct KvStore::Round {
 };
 
 KvStore::KvStore(const KvConfig& config)
-    : config_(config), round_(std::make_unique<Round>()), pending_(std::make_unique<Pending>()) {
+    : config_(config),
+      pipelined_(config.pipeline && config.snapshots.path.empty()),
+      round_(std::make_unique<Round>()),
+      launched_(std::make_unique<Round>()),
+      spare_(std::make_unique<Round>()),
+      pending_(std::make_unique<Pending>()),
+      in_flight_(std::make_unique<InFlight>()) {
   OpenOptions options;
   options.engine = config.engine;
   options.threads = config.index_threads;
@@ -162,7 +190,7 @@ KvStore::KvStore(const KvConfig& config)
     options.placement = Placement::kGpuMemory;
     index_ = std::make_unique<Index>(Index{Table::create("mem:", table_config, options), {}});
     items_ = std::make_unique<ItemStore>(items);
-    round_->victims.resize(items_->class_count() + 1);
+    for (Round* r : {round_.get(), launched_.get(), spare_.get()}) r->victims.resize(items_->class_count() + 1);
     return;
   }
   if (config.pool.empty()) throw KvError(KvErrorCode::kInvalidArgument, "store mode needs a pool name (--pool)");
@@ -199,7 +227,7 @@ KvStore::KvStore(const KvConfig& config)
   items.region = region;
   items.persist_range = [&table](const void* p, size_t n) { table.persist_attachment(p, n); };
   items_ = std::make_unique<ItemStore>(items);
-  round_->victims.resize(items_->class_count() + 1);
+  for (Round* r : {round_.get(), launched_.get(), spare_.get()}) r->victims.resize(items_->class_count() + 1);
   if (!items_->created()) recover();
 }
 
@@ -233,7 +261,11 @@ void KvStore::adopt_legacy_items(Table& table, const std::string& path, std::spa
 
 KvStore::~KvStore() {
   try {
-    pending_->waiting.clear();  // nobody waits any more; the changes are still written
+    // Nobody waits any more (a launched round's commands are gone: it is dropped unresolved);
+    // the changes are still written.
+    launched_cmds_.clear();
+    pending_->waiting.clear();
+    in_flight_->changes.waiting.clear();
     commit();
     hold_.reset();
     if (index_) index_->table.close();
@@ -316,8 +348,6 @@ bool KvStore::alive(const ItemHeader* h) const {
   return true;
 }
 
-uint32_t KvStore::slot_of(const Signature& sig) { return round_->add(sig); }
-
 uint32_t KvStore::slot_now(const Signature& sig) {
   Round& r = *round_;
   auto it = r.slot.find(sig);
@@ -330,6 +360,7 @@ uint32_t KvStore::slot_now(const Signature& sig) {
   r.found.push_back(head);
   r.head.push_back(head);
   r.dirty.push_back(0);
+  r.overlaid.push_back(UINT32_MAX);
   counters_.search_ops++;
   return slot;
 }
@@ -433,10 +464,11 @@ bool KvStore::evict_one(uint8_t cls) {
   auto& planned = round_->victims[cls];
   Location victim = 0;
   while (!planned.empty() && !victim) {
-    const Location loc = planned.back();
+    const auto [loc, cas] = planned.back();
     planned.pop_back();
     const ItemHeader* h = items_->item(loc);
-    if (h->state == kItemLinked && h->class_id == cls && h->refs.load(std::memory_order_acquire) == 0) victim = loc;
+    if (h->state == kItemLinked && h->class_id == cls && h->cas == cas && h->refs.load(std::memory_order_acquire) == 0)
+      victim = loc;
   }
   // As memcached, look at a bounded number of items from the tail.
   int tries = 50;
@@ -465,7 +497,7 @@ bool KvStore::evict_one(uint8_t cls) {
 
 // Cache mode: before the search batch, pick the victims this round's stores will need, so their
 // signatures ride in the same search batch (Mega-KV: evictions go to the GPU batched).
-void KvStore::plan_evictions(std::span<KvCommand* const> round) {
+void KvStore::plan_evictions(Round& r, std::span<KvCommand* const> round) {
   if (config_.mode != Mode::kCache || items_->pages_assigned() < items_->page_count()) return;
   std::vector<uint64_t> need(items_->class_count() + 1, 0);
   for (const KvCommand* c : round)
@@ -477,11 +509,11 @@ void KvStore::plan_evictions(std::span<KvCommand* const> round) {
     uint64_t want = need[cls] - stats[cls - 1].free_chunks;
     for (Location loc = items_->lru_tail(cls); loc && want > 0; loc = items_->item(loc)->lru_prev) {
       if (items_->item(loc)->refs.load(std::memory_order_acquire) != 0) continue;
-      round_->victims[cls].push_back(loc);
-      slot_of(config_.signature(items_->key(loc)));
+      r.victims[cls].emplace_back(loc, items_->item(loc)->cas);
+      r.add(config_.signature(items_->key(loc)));
       --want;
     }
-    std::reverse(round_->victims[cls].begin(), round_->victims[cls].end());  // oldest last: popped first
+    std::reverse(r.victims[cls].begin(), r.victims[cls].end());  // oldest last: popped first
   }
 }
 
@@ -500,63 +532,158 @@ Location KvStore::allocate(uint8_t cls, Location pinned) {
   return loc;
 }
 
-bool KvStore::has_pending() const { return !pending_->empty(); }
+bool KvStore::has_pending() const { return in_flight_->active || launched_cmds_.size() || !pending_->empty(); }
 
 void KvStore::run(std::span<KvCommand* const> round) {
-  const auto start = std::chrono::steady_clock::now();
-  // A snapshot (store mode) never splits a round's item writes from the index changes that
-  // publish them: the hold taken for the previous round's resolution lasts through the batch
-  // that writes its changes.
-  if (!hold_) hold_.emplace(index_->table.hold_snapshots());
-  now_ = static_cast<uint32_t>(std::time(nullptr));
-  Round& r = *round_;
-  r.clear();
-  if (!zombies_.empty()) reap_zombies();
+  advance(round);
+  if (!pipelined_) advance({});
+}
 
-  r.cmd_slot.resize(round.size());
-  for (size_t i = 0; i < round.size(); ++i)
-    r.cmd_slot[i] = round[i]->op == KvOp::kFlushAll ? UINT32_MAX : slot_of(config_.signature(round[i]->key));
-  plan_evictions(round);
-
-  // One batch: the previous round's changes, then what the index holds for every signature of
-  // this round.
-  const auto index_start = std::chrono::steady_clock::now();
-  index_call(r.sigs.size(), r.found);
-  uint64_t index_ns = elapsed_ns(index_start);
-  // Between two rounds every change is in the index: a waiting snapshot may go now.
-  hold_.reset();
-  hold_.emplace(index_->table.hold_snapshots());
-  r.head = r.found;
-  r.dirty.assign(r.sigs.size(), 0);
-
-  for (size_t i = 0; i < round.size(); ++i) {
-    const uint32_t slot = r.cmd_slot[i];
-    resolve(*round[i], slot);
-    round[i]->settled = slot == UINT32_MAX || !r.dirty[slot];
-  }
-  stage_pending(round);
-  if (pending_->empty()) hold_.reset();
-  counters_.rounds++;
-  last_index_ns_ = index_ns;
-  last_resolve_ns_ = elapsed_ns(start) - index_ns;
-  counters_.index_ns += index_ns;
-  counters_.resolve_ns += last_resolve_ns_;
+void KvStore::step() {
+  if (pipelined_) advance({});
+  else commit();
 }
 
 void KvStore::commit() {
-  if (pending_->empty()) return;
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<Location> none;
-  index_call(0, none);
-  hold_.reset();
-  counters_.index_ns += elapsed_ns(start);
+  while (has_pending()) advance({});
 }
 
-// The round's overlay as index changes, and the commands that wait for them.
-void KvStore::stage_pending(std::span<KvCommand* const> round) {
+// One step of the round pipeline:
+//   1. the batch on its way finishes: its changes are in the index (durable in store mode), and
+//      the searches it carried are the launched round's;
+//   2. the pending changes (the last resolved round's) go to the index with `next`'s searches,
+//      one batch, on its way while
+//   3. the launched round is resolved, on top of the changes of 2 (its searches ran before them);
+//      its changes become the pending ones.
+// `next` becomes the launched round. Not pipelined, run() follows with a step without a round, so
+// every round is resolved in its own run.
+void KvStore::advance(std::span<KvCommand* const> next) {
+  now_ = static_cast<uint32_t>(std::time(nullptr));
+  if (!zombies_.empty()) reap_zombies();
+  finish_in_flight();
+  // Every resolved change is in the index: a waiting snapshot (store mode) may go now.
+  if (pending_->changes() == 0) hold_.reset();
+  if (!next.empty()) {
+    Round& r = *spare_;
+    r.clear();
+    r.cmd_slot.resize(next.size());
+    for (size_t i = 0; i < next.size(); ++i)
+      r.cmd_slot[i] = next[i]->op == KvOp::kFlushAll ? UINT32_MAX : r.add(config_.signature(next[i]->key));
+    plan_evictions(r, next);
+  }
+  send(next.empty() ? nullptr : spare_.get());
+  if (!launched_cmds_.empty()) {
+    std::swap(round_, launched_);
+    resolve_round(launched_cmds_);
+  }
+  launched_cmds_.assign(next.begin(), next.end());
+  if (!next.empty()) std::swap(launched_, spare_);
+  if (pending_->changes() == 0 && !(in_flight_->active && in_flight_->changes.changes() > 0)) hold_.reset();
+}
+
+// Sends the pending changes with the searches of `searching` (null: none) as one batch
+// (Table::submit: the GPU works on it until finish_in_flight). With nothing to send, the
+// commands waiting for the changes are final at once.
+void KvStore::send(const Round* searching) {
+  InFlight& f = *in_flight_;
+  std::swap(f.changes, *pending_);
+  pending_->clear();
+  const size_t writes = f.changes.changes(), searches = searching ? searching->sigs.size() : 0;
+  if (writes + searches == 0) {
+    finish_pending(f.changes, nullptr);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  f.ops.assign(f.changes.ops.begin(), f.changes.ops.end());
+  f.keys.assign(f.changes.keys.begin(), f.changes.keys.end());
+  f.values.assign(f.changes.values.begin(), f.changes.values.end());
+  if (searches) {
+    f.ops.insert(f.ops.end(), searches, Op::kSearch);
+    f.keys.insert(f.keys.end(), searching->sigs.begin(), searching->sigs.end());
+    f.values.resize(writes + searches, 0);
+  }
+  f.results.assign(writes + searches, 0);
+  f.status.resize(writes + searches);
+  Batch b;
+  b.size = writes + searches;
+  b.key_width = sizeof(Signature);
+  b.value_width = sizeof(Location);
+  b.op = Op::kSearch;
+  b.ops = writes ? f.ops.data() : nullptr;
+  b.keys = f.keys.data();
+  b.values = writes ? f.values.data() : nullptr;
+  b.values_out = searches ? f.results.data() : nullptr;
+  b.status = f.status.data();
+  f.searches = searches;
+  f.active = true;
+  f.event = index_->table.submit(b);
+  f.submit_ns = elapsed_ns(start);
+}
+
+// Waits for the batch on its way: the launched round's searches come back, and the changes it
+// wrote are final (their waiting commands settle, the chunks they unlinked are freed).
+void KvStore::finish_in_flight() {
+  InFlight& f = *in_flight_;
+  if (!f.active) return;
+  const auto start = std::chrono::steady_clock::now();
+  f.active = false;
+  f.event.wait();
+  f.event = {};
+  const size_t writes = f.changes.changes();
+  if (f.searches) {
+    Round& r = *launched_;
+    r.found.assign(f.searches, 0);
+    for (size_t i = 0; i < f.searches; ++i)
+      if (f.status[writes + i] == OpStatus::kOk) r.found[i] = f.results[writes + i];
+  }
+  counters_.search_ops += f.searches;
+  counters_.write_ops += writes;
+  last_index_ns_ = f.submit_ns + elapsed_ns(start);
+  counters_.index_ns += last_index_ns_;
+  finish_pending(f.changes, f.status.data());
+}
+
+// Resolves round_ (its commands `cmds`): what the index held for its signatures when its searches
+// ran, with the changes on their way (in_flight_, which those searches did not see) on top. A
+// command is settled (final) unless it touched a signature whose head this round changed (it
+// waits for this round's changes) or one whose head came from the changes on their way (it waits
+// for their batch).
+void KvStore::resolve_round(std::span<KvCommand* const> cmds) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!hold_) hold_.emplace(index_->table.hold_snapshots());
+  Round& r = *round_;
+  r.dirty.assign(r.sigs.size(), 0);
+  r.overlaid.assign(r.sigs.size(), UINT32_MAX);
+  Pending& sent = in_flight_->changes;
+  if (in_flight_->active) {
+    for (size_t i = 0; i < sent.changes(); ++i) {
+      auto it = r.slot.find(sent.keys[i]);
+      if (it == r.slot.end()) continue;
+      r.found[it->second] = sent.ops[i] == Op::kErase ? 0 : sent.values[i];
+      r.overlaid[it->second] = sent.slots[i];
+    }
+  }
+  r.head = r.found;
+  for (size_t i = 0; i < cmds.size(); ++i) {
+    const uint32_t slot = r.cmd_slot[i];
+    resolve(*cmds[i], slot);
+    cmds[i]->settled = slot == UINT32_MAX || (!r.dirty[slot] && r.overlaid[slot] == UINT32_MAX);
+    if (cmds[i]->settled) continue;
+    if (r.dirty[slot]) pending_->waiting.emplace_back(cmds[i], slot);
+    else sent.waiting.emplace_back(cmds[i], r.overlaid[slot]);
+  }
+  stage_pending();
+  counters_.rounds++;
+  resolved_++;
+  last_resolve_ns_ = elapsed_ns(start);
+  counters_.resolve_ns += last_resolve_ns_;
+}
+
+// The round's overlay as index changes, and the chunks that wait for them (its commands that wait
+// for them are already in pending_->waiting).
+void KvStore::stage_pending() {
   const Round& r = *round_;
   Pending& p = *pending_;
-  p.clear();
   for (uint32_t s = 0; s < r.sigs.size(); ++s) {
     if (!r.dirty[s] || r.head[s] == r.found[s]) continue;
     p.ops.push_back(r.head[s] == 0 ? Op::kErase : Op::kUpsert);
@@ -564,60 +691,36 @@ void KvStore::stage_pending(std::span<KvCommand* const> round) {
     p.values.push_back(r.head[s]);
     p.slots.push_back(s);
   }
-  for (size_t i = 0; i < round.size(); ++i)
-    if (!round[i]->settled) p.waiting.emplace_back(round[i], r.cmd_slot[i]);
+  p.deferred.insert(p.deferred.end(), deferred_.begin(), deferred_.end());
+  deferred_.clear();
   p.round_slots = static_cast<uint32_t>(r.sigs.size());
 }
 
-// Runs the pending changes followed by `searches` searches of the round's signatures (results in
-// `found`, 0 where absent) as one batch, then finishes the changes. In store mode they are
-// durable when it returns.
-void KvStore::index_call(size_t searches, std::vector<Location>& found) {
-  Pending& p = *pending_;
-  const size_t writes = p.keys.size();
-  const Round& r = *round_;
-  if (searches > 0) {
-    p.ops.insert(p.ops.end(), searches, Op::kSearch);
-    p.keys.insert(p.keys.end(), r.sigs.begin(), r.sigs.begin() + static_cast<ptrdiff_t>(searches));
-    p.values.resize(writes + searches, 0);
-  }
-  std::vector<Location> results(writes + searches, 0);
-  index_->run(Op::kSearch, writes ? p.ops.data() : nullptr, p.keys.data(), writes ? p.values.data() : nullptr,
-              searches ? results.data() : nullptr, writes + searches);
-  found.assign(searches, 0);
-  for (size_t i = 0; i < searches; ++i)
-    if (index_->status[writes + i] == OpStatus::kOk) found[i] = results[writes + i];
-  counters_.search_ops += searches;
-  counters_.write_ops += writes;
-  finish_pending(index_->status.data());
-}
-
-// After the batch that wrote the pending changes: failed ones are reported, the chunks the round
-// unlinked are freed.
-void KvStore::finish_pending(const OpStatus* status) {
-  Pending& p = *pending_;
+// After the batch that wrote a round's changes (status: theirs, first; null: there were none):
+// failed ones are reported, the waiting commands settle, the chunks the round unlinked are freed.
+void KvStore::finish_pending(Pending& p, const OpStatus* status) {
   std::vector<uint8_t> failed;
-  for (size_t i = 0; i < p.slots.size(); ++i) {
+  for (size_t i = 0; i < p.changes(); ++i) {
     const OpStatus st = status[i];
     if (st == OpStatus::kOk || st == OpStatus::kNotFound) continue;
     if (failed.empty()) failed.assign(p.round_slots, 0);
     failed[p.slots[i]] = 1;
     std::fprintf(stderr, "gphash-server: index write failed: %s\n", to_string(st));
   }
-  if (!failed.empty()) {
+  for (auto [cmd, slot] : p.waiting) {
     // The index kept its old entry for these signatures: the round's writes to them are not
-    // durable. Report them as failed and keep every item the round unlinked (a restart's recovery
-    // frees what is unreachable), so nothing the index still reaches is reused.
-    for (auto [cmd, slot] : p.waiting)
-      if (slot != UINT32_MAX && failed[slot] && cmd->op != KvOp::kGet) cmd->status = KvStatus::kOutOfMemory;
-    deferred_.clear();
-  } else {
-    for (Location loc : deferred_) {
+    // durable. Report them as failed.
+    if (!failed.empty() && slot != UINT32_MAX && failed[slot] && cmd->op != KvOp::kGet) cmd->status = KvStatus::kOutOfMemory;
+    cmd->settled = true;
+  }
+  if (failed.empty()) {
+    for (Location loc : p.deferred) {
       if (items_->item(loc)->refs.load(std::memory_order_acquire) == 0) items_->release_chunk(loc);
       else zombies_.push_back(loc);
     }
-    deferred_.clear();
   }
+  // With a failure, every item the round unlinked is kept (a restart's recovery frees what is
+  // unreachable), so nothing the index still reaches is reused.
   p.clear();
 }
 

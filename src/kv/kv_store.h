@@ -4,13 +4,15 @@
 // search for every signature the round touches, then the commands are resolved one by one in
 // round order (full key compared on every signature hit; writes of the round go to an overlay, so
 // a later command of the round sees an earlier one's effect), then the round's index changes
-// (erases and upserts of signature heads) are written. Rounds are pipelined: run() sends the
-// previous round's index changes and this round's searches to the index as one batch (the batch
-// runs in order, so the searches see the changes), which makes one index round trip per round
-// instead of three. A command whose result touches no uncommitted change is final when its round
-// is resolved (KvCommand::settled); the others are final, and in store mode durable, after the
-// next run() or commit(). Other threads may read the items a round handed out (KvCommand::item)
-// and must release() each one when done.
+// (erases and upserts of signature heads) are written. The previous round's index changes go to
+// the index with a round's searches as one batch (the batch runs in order, so the searches see
+// the changes): one index round trip per round instead of three. Pipelined (KvConfig::pipeline),
+// that batch goes on its way (Table::submit) and the round before is resolved meanwhile, on top of
+// the changes the batch carries: the GPU searches one round while the CPU resolves the other, as
+// in Mega-KV. A command is final (KvCommand::settled) when its round is resolved if its result
+// touches no uncommitted change; the others when the batch carrying their round's changes is done
+// (durable then in store mode). Other threads may read the items a round handed out
+// (KvCommand::item) and must release() each one when done.
 #pragma once
 
 #include <atomic>
@@ -51,6 +53,10 @@ struct KvConfig {
   std::vector<int> index_shards;
   SignatureFn signature = xxh3_signature;
   bool force_flush = false;
+  // Overlap each round's index batch with the resolution of the round before (KvStore::run). Off
+  // with snapshots: a snapshot waits for a moment when every resolved change is in the index,
+  // which a busy pipeline rarely has.
+  bool pipeline = false;
   // Store mode: snapshots of the index pool, items included (gphash/snapshot.h); with a path, a
   // missing pool is restored from it at start.
   SnapshotOptions snapshots;
@@ -86,18 +92,24 @@ class KvStore {
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
 
-  // Runs one round (scheduler thread only; commands are resolved in span order) and leaves its
-  // index changes pending. When it returns, the previous round's commands are final (durable in
-  // store mode) and so are this round's settled ones.
+  // Runs one round (scheduler thread only; commands are resolved in span order). Not pipelined:
+  // the round is resolved when run returns, its index changes left pending; the previous round's
+  // commands are final. Pipelined: the round's searches go on their way and the round run before
+  // it is resolved. Commands are final when settled; they must stay alive until then.
   void run(std::span<KvCommand* const> round);
-  // Writes the pending index changes alone: every command run so far is final when it returns.
+  // Moves the work in hand one step on without a new round (resolves the round run last, writes
+  // the pending changes); not pipelined, writes the pending changes (commit).
+  void step();
+  // Everything run so far is resolved and final when it returns.
   void commit();
-  bool has_pending() const;
+  bool has_pending() const;  // a round unresolved or unsettled commands or unwritten changes
+  bool pipelined() const { return pipelined_; }
+  uint64_t rounds_resolved() const { return resolved_; }
   // Whether the pending changes should be written alone now rather than with the next round's
-  // searches: when resolving a round took longer than its index batch (large rounds, multi-gets),
-  // the commands that wait for the changes would wait longer for the next round than a batch of
-  // their own costs.
-  bool commit_alone_pays() const { return has_pending() && last_resolve_ns_ > last_index_ns_; }
+  // searches (not pipelined): when resolving a round took longer than its index batch (large
+  // rounds, multi-gets), the commands that wait for the changes would wait longer for the next
+  // round than a batch of their own costs.
+  bool commit_alone_pays() const { return !pipelined_ && has_pending() && last_resolve_ns_ > last_index_ns_; }
   // One round to the end: run() then commit().
   void execute(std::span<KvCommand* const> round) {
     run(round);
@@ -129,6 +141,7 @@ class KvStore {
  private:
   struct Round;
   struct Pending;
+  struct InFlight;
   struct Found {
     Location loc = 0;
     Location pred = 0;  // the chain predecessor, 0 when loc is the chain's head
@@ -136,8 +149,7 @@ class KvStore {
 
   void recover();
   void adopt_legacy_items(Table& table, const std::string& path, std::span<std::byte> region);
-  uint32_t slot_of(const Signature& sig);       // the round's slot for a signature (searched)
-  uint32_t slot_now(const Signature& sig);      // same, searching at once if it is new
+  uint32_t slot_now(const Signature& sig);  // the round's slot for a signature, searching at once if it is new
   Found find(uint32_t slot, std::string_view key);
   Location predecessor(uint32_t slot, Location loc) const;
   bool alive(const ItemHeader* h) const;
@@ -147,7 +159,7 @@ class KvStore {
   void reap_zombies();
   Location allocate(uint8_t cls, Location pinned);
   bool evict_one(uint8_t cls);
-  void plan_evictions(std::span<KvCommand* const> round);
+  void plan_evictions(Round& r, std::span<KvCommand* const> round);
   void fill_item(Location loc, std::string_view key, std::string_view a, std::string_view b,
                  uint32_t flags, uint32_t exptime, uint64_t cas);
   KvStatus store_item(KvCommand& c, uint32_t slot, Found old, std::string_view a, std::string_view b,
@@ -161,19 +173,28 @@ class KvStore {
   void resolve_arith(KvCommand& c, uint32_t slot);
   void resolve_touch(KvCommand& c, uint32_t slot);
   void flush_all(KvCommand& c);
-  void stage_pending(std::span<KvCommand* const> round);
-  void index_call(size_t searches, std::vector<Location>& found);
-  void finish_pending(const OpStatus* status);
+  void advance(std::span<KvCommand* const> next);
+  void send(const Round* searching);
+  void finish_in_flight();
+  void resolve_round(std::span<KvCommand* const> cmds);
+  void stage_pending();
+  void finish_pending(Pending& p, const OpStatus* status);
 
   KvConfig config_;
   struct Index;
   std::unique_ptr<Index> index_;
   std::unique_ptr<ItemStore> items_;  // in store mode, in index_'s pool
-  std::unique_ptr<Round> round_;
-  std::unique_ptr<Pending> pending_;  // the last round's index changes, not yet written
+  const bool pipelined_;
+  std::unique_ptr<Round> round_;     // the round being resolved
+  std::unique_ptr<Round> launched_;  // the round whose searches were sent last (launched_cmds_)
+  std::unique_ptr<Round> spare_;
+  std::vector<KvCommand*> launched_cmds_;  // empty: no round launched and unresolved
+  std::unique_ptr<Pending> pending_;       // the last resolved round's index changes, not yet sent
+  std::unique_ptr<InFlight> in_flight_;
   std::optional<std::shared_lock<SnapshotGate>> hold_;  // store mode: from a round's items to its index changes
   std::vector<Location> zombies_;   // unlinked items still read by a reply
-  std::vector<Location> deferred_;  // store mode: unlinked this round, freed after the commit
+  std::vector<Location> deferred_;  // store mode: unlinked by the round being resolved
+  uint64_t resolved_ = 0;
   uint64_t next_cas_ = 1;
   uint64_t last_index_ns_ = 0, last_resolve_ns_ = 0;  // the last round's
   uint32_t now_ = 0;

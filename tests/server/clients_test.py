@@ -90,7 +90,7 @@ def hashclient_suite(ports):
 
 
 def main():
-    with h.gphash_server() as a, h.gphash_server("-t", "2", "--batch-period-us", "300", "--batch-size", "32") as b:
+    with h.gphash_server() as a, h.gphash_server("-t", "2", "--batch-period-us", "300", "--batch-size", "32", "--pipeline", "on") as b:
         pymemcache_suite(a.port)
         pylibmc_suite([a.port, b.port])
         hashclient_suite([a.port, b.port])

@@ -12,6 +12,8 @@ import time
 
 GPHASH_SERVER = os.environ.get("GPHASH_SERVER", "gphash-server")
 MEMCACHED = os.environ.get("MEMCACHED", "memcached")
+# More options for every gphash-server the tests start, e.g. "--engine gpu" on the GPU machine.
+GPHASH_SERVER_ARGS = os.environ.get("GPHASH_SERVER_ARGS", "").split()
 
 
 def free_port():
@@ -35,6 +37,8 @@ def wait_port(port, proc, timeout=20.0):
 
 class Server:
     def __init__(self, argv, port):
+        if argv[0] == GPHASH_SERVER:
+            argv = [*argv, *GPHASH_SERVER_ARGS]
         self.argv, self.port = argv, port
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:

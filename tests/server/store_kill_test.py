@@ -74,6 +74,7 @@ def main():
         for cycle in range(CYCLES):
             port = h.free_port()
             timing = ["--batch-period-us", "100"] if cycle % 2 else []  # rounds by receivers, then by the scheduler thread
+            timing += ["--pipeline", "on" if cycle // 2 % 2 else "off"]  # and rounds resolved while the next one searches
             srv = h.Server([h.GPHASH_SERVER, "-p", str(port), "--mode", "store", "--pool", pool, "-m", "256", "-t", "2", *timing], port)
             w = Writer(port, seq, rnd)
             t = threading.Thread(target=w.run)
