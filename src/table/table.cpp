@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
+#include <type_traits>
 
 #include "engines/common/checker.h"
 #include "engines/common/move_record.h"
@@ -285,6 +286,34 @@ auto Table::Impl::guarded(F&& f) -> decltype(f()) {
   }
 }
 
+// A writing batch holds the table alone and is counted for the snapshots before it runs, so a
+// crash in the middle leaves it counted (the count bounds what a restart from the last snapshot
+// loses); an automatic snapshot it wakes waits for the engine to finish it
+// (Engine::prepare_snapshot). Searches share the table.
+template <class F>
+auto Table::Impl::run_batch(const Batch& b, F&& f) -> decltype(f()) {
+  const uint64_t writes = validate_batch(b, pool->header(), *pool, options);
+  if (!writes) {
+    std::shared_lock lock(batches);
+    return guarded(f);
+  }
+  auto run = [&] {
+    std::unique_lock lock(batches);
+    return guarded([&] {
+      snapshot::count_pool_writes(*pool, writes);
+      return f();
+    });
+  };
+  if constexpr (std::is_void_v<decltype(f())>) {
+    run();
+    after_writing_batch();
+  } else {
+    auto result = run();
+    after_writing_batch();
+    return result;
+  }
+}
+
 namespace {
 
 // Whether a batch may write (a batch in GPU memory: its ops are not read on the host, so yes).
@@ -311,22 +340,7 @@ void Table::execute(const Batch& b) {
     }
     return;
   }
-  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
-  if (writes) {
-    {
-      std::unique_lock lock(impl_->batches);
-      impl_->guarded([&] {
-        // Before the batch runs, so a crash in the middle leaves it counted: the count bounds what
-        // a restart from the last snapshot loses.
-        snapshot::count_pool_writes(*impl_->pool, writes);
-        impl_->engine->execute(b);
-      });
-    }
-    impl_->after_writing_batch();
-  } else {
-    std::shared_lock lock(impl_->batches);
-    impl_->guarded([&] { impl_->engine->execute(b); });
-  }
+  impl_->run_batch(b, [&] { impl_->engine->execute(b); });
 }
 
 BatchEvent Table::submit(const Batch& b) {
@@ -336,23 +350,7 @@ BatchEvent Table::submit(const Batch& b) {
     execute(b);
     return {};
   }
-  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
-  std::shared_ptr<engine::Completion> done;
-  if (writes) {
-    {
-      std::unique_lock lock(impl_->batches);
-      done = impl_->guarded([&] {
-        snapshot::count_pool_writes(*impl_->pool, writes);
-        return impl_->engine->submit(b);
-      });
-    }
-    // A snapshot this wakes finishes the batch first (Engine::prepare_snapshot).
-    impl_->after_writing_batch();
-  } else {
-    std::shared_lock lock(impl_->batches);
-    done = impl_->guarded([&] { return impl_->engine->submit(b); });
-  }
-  return BatchEvent(std::move(done));
+  return BatchEvent(impl_->run_batch(b, [&] { return impl_->engine->submit(b); }));
 }
 
 BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
@@ -372,23 +370,7 @@ BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
   if (impl_->options.engine == EngineKind::kGpu && b.memory != MemorySpace::kDevice)
     throw Error(ErrorCode::kInvalidArgument,
                 "execute_async needs the batch's arrays in GPU memory (MemorySpace::kDevice); use execute for host arrays");
-  const uint64_t writes = validate_batch(b, impl_->pool->header(), *impl_->pool, impl_->options);
-  std::shared_ptr<engine::Completion> done;
-  if (writes) {
-    {
-      std::unique_lock lock(impl_->batches);
-      done = impl_->guarded([&] {
-        snapshot::count_pool_writes(*impl_->pool, writes);
-        return impl_->engine->execute_async(b, stream);
-      });
-    }
-    // A snapshot this wakes waits for the batch to finish on the device (Engine::prepare_snapshot).
-    impl_->after_writing_batch();
-  } else {
-    std::shared_lock lock(impl_->batches);
-    done = impl_->guarded([&] { return impl_->engine->execute_async(b, stream); });
-  }
-  return BatchEvent(std::move(done));
+  return BatchEvent(impl_->run_batch(b, [&] { return impl_->engine->execute_async(b, stream); }));
 }
 
 namespace {

@@ -35,6 +35,9 @@ struct Table::Impl {
   void check_usable() const;
   template <class F>
   auto guarded(F&& f) -> decltype(f());
+  // Checks batch `b` and runs `f` (the engine's call on it) under the batch lock, guarded.
+  template <class F>
+  auto run_batch(const Batch& b, F&& f) -> decltype(f());
   // Snapshots. Declared after what they use, so they go first; the scheduler last of all.
   std::unique_ptr<snapshot::Snapshotter> snapshotter;
   std::mutex snapshot_status;  // guards the three below

@@ -202,6 +202,14 @@ void run_model(KvStore& store, uint64_t seed, int rounds, int keys, bool pipelin
   EXPECT_EQ(store.items(), model.size());
 }
 
+KvCommand command(KvOp op, const char* key, const char* value = "") {
+  KvCommand c;
+  c.op = op;
+  c.key = key;
+  c.value = value;
+  return c;
+}
+
 // GPHASH_KV_TEST_ENGINE=gpu runs the index on the GPU (on the GPU machine; without the crash
 // test, whose child would inherit the parent's CUDA context).
 KvConfig cache_config(SignatureFn sig, uint64_t memory = 64 << 20) {
@@ -273,13 +281,6 @@ TEST(KvStore, OverlappedReadsSettleWithTheBatchCarryingWhatTheyRead) {
   KvConfig config = cache_config(xxh3_signature);
   config.pipeline = true;
   KvStore store(config);
-  auto command = [](KvOp op, const char* key, const char* value = "") {
-    KvCommand c;
-    c.op = op;
-    c.key = key;
-    c.value = value;
-    return c;
-  };
   std::vector<KvCommand> r1{command(KvOp::kStore, "a", "1")};
   std::vector<KvCommand> r2{command(KvOp::kGet, "a"), command(KvOp::kStore, "b", "2")};
   std::vector<KvCommand> r3{command(KvOp::kGet, "x")}, r4{command(KvOp::kGet, "y")};
@@ -368,13 +369,6 @@ TEST(KvStore, OverlappedRoundsEvictCorrectly) {
 // round changed. Reads of what the index holds, and misses, are final when the round is resolved.
 TEST(KvStore, PipelinedRoundSettlesWhatTheIndexAlreadyHolds) {
   KvStore store(cache_config(xxh3_signature));
-  auto command = [](KvOp op, const char* key, const char* value = "") {
-    KvCommand c;
-    c.op = op;
-    c.key = key;
-    c.value = value;
-    return c;
-  };
   std::vector<KvCommand> first{command(KvOp::kStore, "a", "1")};
   std::vector<KvCommand*> ptrs{&first[0]};
   store.run(ptrs);
