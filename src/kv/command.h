@@ -68,7 +68,8 @@ struct KvCommand {
   uint32_t last_access_ago = 0;  // mg l
   // Final: set when the round is resolved if the command neither changed a signature's head nor
   // read one that an unwritten change touches (nothing it reports waits on the index), otherwise
-  // once the batch carrying its round's index changes is done (KvStore::run).
+  // once the batch carrying the changes it depends on is done: its round's, or for a read of a
+  // head from changes on their way (pipelined), theirs (KvStore::resolve_round).
   bool settled = false;
 };
 
