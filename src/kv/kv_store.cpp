@@ -532,7 +532,7 @@ Location KvStore::allocate(uint8_t cls, Location pinned) {
   return loc;
 }
 
-bool KvStore::has_pending() const { return in_flight_->active || launched_cmds_.size() || !pending_->empty(); }
+bool KvStore::has_pending() const { return in_flight_->active || !launched_cmds_.empty() || !pending_->empty(); }
 
 void KvStore::run(std::span<KvCommand* const> round) {
   advance(round);
