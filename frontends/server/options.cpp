@@ -66,8 +66,7 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--batch-period-us", period_us, "... or when the oldest has waited this long (default 0: at once, batching what arrives during a round)")->check(CLI::Range(0, 1000000));
   std::string pipeline = "auto";
   app.add_option("--pipeline", pipeline,
-                 "overlap each round's index batch with resolving the round before: auto (default: with --engine gpu), on, off; "
-                 "off whenever --snapshot is given")
+                 "overlap each round's index batch with resolving the round before: auto (default: with --engine gpu), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));

@@ -43,6 +43,12 @@ class SnapshotGate {
     closed_ = false;
     cv_.notify_all();
   }
+  // A snapshot waits for the steps inside (or is being taken): a holder that keeps one step open
+  // across many, as a pipelined gphash-server store does, closes it so the snapshot can go.
+  bool snapshot_waiting() {
+    std::lock_guard l(m_);
+    return closed_;
+  }
 
  private:
   std::mutex m_;

@@ -53,9 +53,9 @@ struct KvConfig {
   std::vector<int> index_shards;
   SignatureFn signature = xxh3_signature;
   bool force_flush = false;
-  // Overlap each round's index batch with the resolution of the round before (KvStore::run). Off
-  // with snapshots: a snapshot waits for a moment when every resolved change is in the index,
-  // which a busy pipeline rarely has.
+  // Overlap each round's index batch with the resolution of the round before (KvStore::run). A
+  // snapshot needs a moment when every resolved change is in the index, which a busy pipeline
+  // rarely has: run() drains the pipeline when one waits.
   bool pipeline = false;
   // Store mode: snapshots of the index pool, items included (gphash/snapshot.h); with a path, a
   // missing pool is restored from it at start.

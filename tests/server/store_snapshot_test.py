@@ -63,15 +63,18 @@ def wait_for_snapshot(port, timeout=20.0):
     return h.stats(port)
 
 
-def main():
-    pool = f"gphash-server-snap-{os.getpid()}"
+def run(pipeline):
+    """Every step below with rounds one at a time (--pipeline off) or pipelined (on): a pipelined
+    store drains when a snapshot waits, so its snapshots are taken while writes keep coming."""
+    pool = f"gphash-server-snap-{pipeline}-{os.getpid()}"
     moved = pool + "-moved"
     shm = [f"/dev/shm/{p}.index" for p in (pool, moved)]
     tmp = tempfile.mkdtemp(prefix="gphash-server-snap-", dir="/tmp")  # a real file system, not /dev/shm
     snap = os.path.join(tmp, "store.snap")
     rnd = random.Random(11)
     engine = ("--engine", os.environ["GPHASH_SERVER_ENGINE"]) if os.environ.get("GPHASH_SERVER_ENGINE") else ()  # gpu on a GPU machine
-    args = ("--mode", "store", "--pool", pool, "-m", "64", "-t", "2", *engine, "--snapshot", snap, "--snapshot-every-seconds", "0.2")
+    args = ("--mode", "store", "--pool", pool, "-m", "64", "-t", "2", *engine, "--pipeline", pipeline,
+            "--snapshot", snap, "--snapshot-every-seconds", "0.2")
     try:
         # 1. Writes, a snapshot that covers them, more writes, then kill -9 and a "reboot".
         model = {}
@@ -138,6 +141,12 @@ def main():
             if os.path.exists(f):
                 os.unlink(f)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    for pipeline in ("off", "on"):
+        print(f"-- --pipeline {pipeline}")
+        run(pipeline)
     print("store_snapshot_test: " + ("PASSED" if failures == 0 else f"FAILED ({failures})"))
     return 1 if failures else 0
 
