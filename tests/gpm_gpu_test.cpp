@@ -3,7 +3,9 @@
 // checkpointing solver resumed from its last checkpoint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -28,7 +30,28 @@ TEST_P(GpmWorkloads, KvsSetsAreDurableAndReadBackAfterReopen) {
   CudaStream s;
   constexpr uint64_t kBuckets = 1 << 16, kBatch = 100000;
   std::unordered_map<uint64_t, uint64_t> model;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> history;  // every value a key was set to, in order
   std::mt19937_64 rng(5);
+  // Checks the table holds the model's values; on a mismatch says which earlier value it holds.
+  auto expect_model = [&](wl::Kvs& kvs, const char* when) {
+    std::vector<uint64_t> keys;
+    for (auto& [k, v] : model) keys.push_back(k);
+    keys.push_back(999999999);  // absent
+    Device<uint64_t> dk(keys), dv(keys.size());
+    kvs.get(dk.p, dv.p, keys.size(), s.s);
+    const std::vector<uint64_t> got = dv.get();
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+      if (got[i] == model[keys[i]]) continue;
+      const auto& h = history[keys[i]];
+      const auto at = std::find(h.begin(), h.end(), got[i]);
+      ADD_FAILURE() << when << ": key " << keys[i] << " holds " << got[i] << ", not its last value " << model[keys[i]]
+                    << (at == h.end() ? " (nor any value it was set to)"
+                                      : " but its value number " + std::to_string(at - h.begin()) + " of " +
+                                            std::to_string(h.size()));
+      return;
+    }
+    EXPECT_EQ(got.back(), 0u) << when;
+  };
   {
     auto gp = GpmPool::create(path.path());
     gpm::DeviceGpm dev(*gp);
@@ -46,20 +69,17 @@ TEST_P(GpmWorkloads, KvsSetsAreDurableAndReadBackAfterReopen) {
       Device<uint64_t> dk(keys), dv(values);
       const uint64_t no_room = kvs.set(dk.p, dv.p, keys.size(), s.s);
       ASSERT_EQ(no_room, 0u);
-      for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = values[i];
+      for (size_t i = 0; i < keys.size(); ++i) model[keys[i]] = values[i], history[keys[i]].push_back(values[i]);
     }
+    expect_model(kvs, "before closing");
   }
   auto gp = GpmPool::open(path.path());
   gpm::DeviceGpm dev(*gp);
   wl::Kvs kvs(*gp, dev, "kvs", false, kBuckets, GetParam(), kBatch);
-  std::vector<uint64_t> keys;
-  for (auto& [k, v] : model) keys.push_back(k);
-  keys.push_back(999999999);  // absent
-  Device<uint64_t> dk(keys), dv(keys.size());
-  kvs.get(dk.p, dv.p, keys.size(), s.s);
-  const std::vector<uint64_t> got = dv.get();
-  for (size_t i = 0; i + 1 < keys.size(); ++i) ASSERT_EQ(got[i], model[keys[i]]) << "key " << keys[i];
-  EXPECT_EQ(got.back(), 0u);
+  // A clean close leaves nothing to replay or discard.
+  for (const auto& [name, r] : gp->recovery_reports())
+    EXPECT_EQ(r.replayed + r.discarded + r.rolled_back + r.torn_entries, 0u) << name;
+  expect_model(kvs, "after reopening");
 }
 
 TEST_P(GpmWorkloads, DbInsertsAndUpdatesLandWhole) {
