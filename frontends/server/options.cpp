@@ -66,7 +66,8 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--batch-period-us", period_us, "... or when the oldest has waited this long (default 0: at once, batching what arrives during a round)")->check(CLI::Range(0, 1000000));
   std::string pipeline = "auto";
   app.add_option("--pipeline", pipeline,
-                 "overlap each round's index batch with resolving the round before: auto (default: with --engine gpu), on, off")
+                 "overlap each round's index batch with resolving the round before: auto (default: with --engine gpu in "
+                 "cache mode), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
@@ -92,8 +93,9 @@ Options parse_options(int argc, char** argv) {
   o.mode = mode == "store" ? kv::Mode::kStore : kv::Mode::kCache;
   o.engine = engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
   // The CPU engine runs a batch before submit returns: nothing would overlap, and writes would
-  // wait a round longer.
-  o.pipeline = pipeline == "on" || (pipeline == "auto" && o.engine == EngineKind::kGpu);
+  // wait a round longer. Store mode (its index host-mapped) measured 4-15% slower pipelined on
+  // the H200 (bench/results/2026-11-28-server-store-pipeline): on by default in cache mode only.
+  o.pipeline = pipeline == "on" || (pipeline == "auto" && o.engine == EngineKind::kGpu && o.mode == kv::Mode::kCache);
   if (!devices.empty()) {
     for (size_t pos = 0; pos <= devices.size();) {
       size_t comma = devices.find(',', pos);
