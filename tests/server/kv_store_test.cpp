@@ -638,6 +638,23 @@ uint64_t check_numbered(KvStore& store) {
   return n;
 }
 
+// Restores snapshot i of dir/s0..s3 (taken once 300 (i + 1) rounds had run) as `copy`: each holds
+// whole rounds, k0..k<last> exactly, and the four follow each other.
+void expect_whole_rounds_restored(const std::string& dir, const std::string& copy) {
+  std::vector<uint64_t> restored_last;
+  for (int i = 0; i < 4; ++i) {
+    remove_pool(copy);
+    gphash::Table::restore(dir + "/s" + std::to_string(i), copy + ".index");
+    KvStore restored(store_config(copy, weak_signature));
+    EXPECT_TRUE(restored.recovery().recovered);
+    const uint64_t last = check_numbered(restored);
+    EXPECT_GE(last + 1, 300u * (i + 1)) << "snapshot " << i;
+    EXPECT_EQ(restored.items(), last + 2) << "snapshot " << i;
+    restored_last.push_back(last);
+  }
+  EXPECT_TRUE(std::is_sorted(restored_last.begin(), restored_last.end()));
+}
+
 }  // namespace
 
 // Snapshots taken while rounds run hold whole rounds: each restores to k0..k<last> exactly, items
@@ -647,7 +664,6 @@ TEST(KvStore, SnapshotsWhileRoundsRunRestoreWholeRounds) {
   const std::string dir = "/tmp/" + pool;
   remove_pool(pool);
   ASSERT_EQ(system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
-  std::vector<uint64_t> restored_last;
   {
     KvStore store(store_config(pool, weak_signature));  // long chains: rounds change items in place
     std::atomic<bool> stop{false};
@@ -665,17 +681,7 @@ TEST(KvStore, SnapshotsWhileRoundsRunRestoreWholeRounds) {
     stop = true;
     scheduler.join();
   }
-  for (int i = 0; i < 4; ++i) {
-    remove_pool(copy);
-    gphash::Table::restore(dir + "/s" + std::to_string(i), copy + ".index");
-    KvStore restored(store_config(copy, weak_signature));
-    EXPECT_TRUE(restored.recovery().recovered);
-    const uint64_t last = check_numbered(restored);
-    EXPECT_GE(last + 1, 300u * (i + 1)) << "snapshot " << i;
-    EXPECT_EQ(restored.items(), last + 2) << "snapshot " << i;
-    restored_last.push_back(last);
-  }
-  EXPECT_TRUE(std::is_sorted(restored_last.begin(), restored_last.end()));
+  expect_whole_rounds_restored(dir, copy);
   remove_pool(pool);
   remove_pool(copy);
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
@@ -701,7 +707,6 @@ TEST(KvStore, SnapshotsOfAPipelinedStoreRestoreWholeRounds) {
     }
   };
   constexpr uint64_t kRounds = 20000;
-  std::vector<uint64_t> restored_last;
   {
     KvConfig config = store_config(pool, weak_signature);
     config.pipeline = true;
@@ -735,16 +740,7 @@ TEST(KvStore, SnapshotsOfAPipelinedStoreRestoreWholeRounds) {
     // wait for the last round.
     EXPECT_LT(at_last_snapshot, kRounds) << "the snapshots waited for the rounds to stop";
   }
-  for (int i = 0; i < 4; ++i) {
-    remove_pool(copy);
-    gphash::Table::restore(dir + "/s" + std::to_string(i), copy + ".index");
-    KvStore restored(store_config(copy, weak_signature));
-    const uint64_t last = check_numbered(restored);
-    EXPECT_GE(last + 1, 300u * (i + 1)) << "snapshot " << i;
-    EXPECT_EQ(restored.items(), last + 2) << "snapshot " << i;
-    restored_last.push_back(last);
-  }
-  EXPECT_TRUE(std::is_sorted(restored_last.begin(), restored_last.end()));
+  expect_whole_rounds_restored(dir, copy);
   remove_pool(pool);
   remove_pool(copy);
   ASSERT_EQ(system(("rm -rf " + dir).c_str()), 0);
