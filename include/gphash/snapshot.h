@@ -44,7 +44,7 @@ class SnapshotGate {
     cv_.notify_all();
   }
   // A snapshot waits for the steps inside (or is being taken): a holder that keeps one step open
-  // across many, as a pipelined gphash-server store does, closes it so the snapshot can go.
+  // across many, as a pipelined gphash-server store does, finishes it and leaves when this is true.
   bool snapshot_waiting() {
     std::lock_guard l(m_);
     return closed_;
