@@ -42,6 +42,18 @@ struct Request {
   std::string_view stats_args;   // kStats
   std::atomic<bool> done{false};  // the results are in: the reply can be built
   bool needs_store() const { return !cmds.empty(); }
+  // Back to a fresh request, keeping the buffers' memory (a worker reuses answered requests).
+  void reset() {
+    verb = Verb::kReply;
+    noreply = close_after = meta_value = false;
+    bytes.clear();
+    decoded_key.clear();
+    reply.clear();
+    cmds.clear();
+    meta.clear();
+    stats_args = {};
+    done.store(false, std::memory_order_relaxed);
+  }
   // Memory the request holds while queued (counted against the connection's buffer limit).
   size_t footprint() const { return sizeof(Request) + bytes.capacity() + cmds.capacity() * sizeof(kv::KvCommand) + meta.capacity() * sizeof(MetaFlag); }
 };

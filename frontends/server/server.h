@@ -158,6 +158,8 @@ class Worker {
   bool may_read(const Connection* c) const;
   void close_connection(Connection* c);
   void finish_stats(Request& req);
+  std::unique_ptr<Request> take_request();
+  void recycle(std::unique_ptr<Request> req);
 
   ServerContext& ctx_;
   int id_;
@@ -166,6 +168,7 @@ class Worker {
   ParserLimits limits_;
   std::vector<char> scratch_;  // recv buffer
   std::vector<Submission> submissions_;
+  std::vector<std::unique_ptr<Request>> spare_requests_;  // answered, kept for reuse (take_request)
   std::vector<std::unique_ptr<Connection>> conns_;  // owned; index = slot
   std::mutex completed_mu_;
   std::vector<Connection*> completed_;

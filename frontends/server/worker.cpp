@@ -259,7 +259,7 @@ void Worker::parse_input(Connection* c) {
     }
     const std::string_view input(c->in.data() + c->in_start, c->in.size() - c->in_start);
     if (input.empty()) break;
-    auto req = std::make_unique<Request>();
+    std::unique_ptr<Request> req = take_request();
     const ParseResult r = parse_request(input, limits_, *req);
     if (r.outcome == ParseOutcome::kNeedMore) break;
     if (r.outcome == ParseOutcome::kClose) {
@@ -340,6 +340,7 @@ bool Worker::flush_once(Connection* c) {
       append_reply(c->out, req, *ctx_.store);
     }
     c->queued_bytes -= req.footprint();
+    recycle(std::move(c->queue.front()));
     c->queue.pop_front();
     if (quit) break;
   }
@@ -377,6 +378,22 @@ bool Worker::flush_once(Connection* c) {
     return c->queue.size() != before && c->queue.front()->done.load(std::memory_order_acquire);
   }
   return false;
+}
+
+// Answered requests are kept for the next ones (up to kSpareRequests, with small buffers): a
+// request is an allocation, and its line, commands and reply are three more.
+std::unique_ptr<Request> Worker::take_request() {
+  if (spare_requests_.empty()) return std::make_unique<Request>();
+  std::unique_ptr<Request> req = std::move(spare_requests_.back());
+  spare_requests_.pop_back();
+  req->reset();
+  return req;
+}
+
+void Worker::recycle(std::unique_ptr<Request> req) {
+  constexpr size_t kSpareRequests = 1024, kSmall = 4096;
+  if (spare_requests_.size() < kSpareRequests && req->footprint() <= kSmall && req->reply.capacity() <= kSmall)
+    spare_requests_.push_back(std::move(req));
 }
 
 void Worker::close_connection(Connection* c) {
