@@ -552,6 +552,7 @@ class GpuEngine final : public Engine {
   };
   static size_t align16(size_t x) { return (x + 15) / 16 * 16; }
   static constexpr size_t kPlanMappedSearchesFrom = size_t{1} << 20;  // launch_parallel_pass
+  static constexpr size_t kOrderMappedSearchesFrom = size_t{1} << 16;  // launch_parallel_pass
   static constexpr size_t kCheckRepeatsFrom = size_t{1} << 15;        // launch_parallel_pass
 
   // The inputs end where the counters begin, so that one copy carries both; prepare_batch(upload
@@ -662,7 +663,9 @@ class GpuEngine final : public Engine {
   // read once a batch holds 2^20 operations (YCSB C, Zipf 0.99: +7 to +30%); below that, and for
   // wider keys at every size, the plan cost 10 to 30%. A batch whose ops the host does not read
   // (`ops_unread`: in GPU memory) is planned and, if it only searches, unplanned on the device
-  // (plan()), unless it is large enough to be planned anyway.
+  // (plan()), unless it is large enough to be planned anyway. On a host-mapped table, a batch of
+  // searches the host has seen is still sorted into bucket order from kOrderMappedSearchesFrom
+  // operations, for the locality of its reads of host memory, every search a run of its own.
   // In GPU memory a batch that writes is planned unless it repeats no key: with `host_waits` (the
   // host-driven execute, which waits for the batch anyway) and from kCheckRepeatsFrom operations,
   // the plan kernel checks, the host waits for the answer, and a batch of distinct keys (or, with
@@ -690,8 +693,19 @@ class GpuEngine final : public Engine {
                             bool distinct_keys, cudaStream_t stream) {
     if (!staged) GPHASH_CUDA(cudaEventRecord(start_, stream));
     const bool plan_searches = !gpu_memory_ && KeyWidth == 8 && bv.n >= kPlanMappedSearchesFrom;
+    const bool order_searches = search_only && !plan_searches && !gpu_memory_ && mapped_bucket_order_ &&
+                                bv.n >= kOrderMappedSearchesFrom;
     stats_.last_batch_planned = (!search_only && !distinct_keys) || plan_searches;
-    if (stats_.last_batch_planned) {
+    if (order_searches) {
+      // Sorted into bucket order for the reads' locality only: every operation stays a run of its
+      // own (no sort keys), so a hot key's searches still spread over all warps. H200, 16.8 M
+      // items, 32-byte keys, uniform (bench/results/2026-11-28-bucket-order): hits 24.6 -> 114.6
+      // M/s at 2^20, 26.8 -> 33.5 at 2^16, 25.8 -> 29.3 at 2^15; misses, which the tag mirror
+      // answers without the host, pay the sort: 532 -> 337 M/s at 2^16 (+1.1 ns an operation
+      // against -7.5 for a hit), 474 -> 229 at 2^15. Hence from 2^16.
+      plan(bv, false, false, stream);
+      bv.sort_keys = nullptr;
+    } else if (stats_.last_batch_planned) {
       bool check_repeats = gpu_memory_ && !search_only && host_waits && bv.n >= kCheckRepeatsFrom;
       if (check_repeats && unchecked_left_ > 0) --unchecked_left_, check_repeats = false;
       stats_.last_batch_planned = plan(bv, ops_unread && !plan_searches, check_repeats, stream);
@@ -1007,7 +1021,8 @@ class GpuEngine final : public Engine {
     }
     plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops,
                                                       ops_unread ? plan_writes_.get() : nullptr,
-                                                      check_repeats ? seen_.get() : nullptr, seen_mask, &counters_->repeats);
+                                                      check_repeats ? seen_.get() : nullptr, seen_mask, &counters_->repeats,
+                                                      !gpu_memory_ && mapped_bucket_order_);
     GPHASH_CUDA(cudaGetLastError());
     if (check_repeats) {  // one wait: whether the batch repeats a key and, ops unread, whether it writes
       GPHASH_CUDA(cudaMemcpyAsync(&host_counters_.get()->repeats, &counters_->repeats, sizeof(int), cudaMemcpyDeviceToHost, stream));
@@ -1424,6 +1439,13 @@ class GpuEngine final : public Engine {
   PinnedBuffer<uint32_t> host_plan_writes_;  // ... read by the host after a check
   DeviceBuffer<uint64_t> seen_;            // plan(): the keys' hashes, to find repeated keys
   unsigned repeat_streak_ = 0, unchecked_left_ = 0;  // launch_parallel_pass: checks that found repeats
+  // Host-mapped tables: plans in bucket order, and large batches of searches sorted into it
+  // (plan_kernel, launch_parallel_pass). GPHASH_PLAN_ORDER=hash restores the order of before
+  // (2026-11-28) for comparisons in one run.
+  bool mapped_bucket_order_ = [] {
+    const char* o = std::getenv("GPHASH_PLAN_ORDER");
+    return !(o && std::string(o) == "hash");
+  }();
   std::vector<uint32_t> seen_on_host_;                 // may_repeat_a_key
   const uint64_t repeat_seed_ = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   unsigned serial_blocks_ = 0;              // serial_grid()

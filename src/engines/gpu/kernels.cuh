@@ -120,14 +120,21 @@ __device__ inline void note_key(uint64_t* seen, uint64_t mask, uint64_t hash, in
   }
 }
 
-// The plan: each operation's hash prefix, so equal keys sort next to each other. It is the low
-// half of the first hash, which no bucket index uses: sorting by bucket bits instead would give
-// the lanes of a warp neighbouring buckets, and their inserts would race for the same slots.
+// The plan: each operation's hash prefix, so equal keys sort next to each other. With
+// `by_bucket` (host-mapped tables) it is the high half of the first hash, the bits a level's
+// bucket index is taken from, so that warps reach the table in address order: the GPU's reads of
+// host memory are bound by address translation once a table outgrows about 512 MiB (H200: random
+// 128-byte reads at 200 M/s within 512 MiB, 61 M/s over 2 GiB, 43 M/s over 8 GiB; a batch of 2^20
+// in address order over 8 GiB, 200 M/s again: bench/host_pages_bench.cu), and YCSB on a
+// host-mapped table of 16 M items ran 1.7x (Zipf) to 2.4x (uniform) faster so. In GPU memory
+// it is the low half, which no bucket index uses (it was chosen so that inserts in neighbouring
+// buckets would not race for the same slots; GPU memory has no translation to save).
 // With `seen`, it also finds out whether the batch repeats a key (note_key): if not, the sort is
 // not needed.
 template <class T>
 __global__ void plan_kernel(const __grid_constant__ T t, const uint64_t* keys, size_t n, uint32_t* prefix, uint32_t* index,
-                            const uint8_t* ops, uint32_t* writes, uint64_t* seen, uint64_t seen_mask, int* repeats) {
+                            const uint8_t* ops, uint32_t* writes, uint64_t* seen, uint64_t seen_mask, int* repeats,
+                            bool by_bucket) {
   const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   // With `writes`: whether `ops` (a batch in GPU memory, never read by the host) holds anything but
   // searches, an unknown op included.
@@ -138,7 +145,7 @@ __global__ void plan_kernel(const __grid_constant__ T t, const uint64_t* keys, s
 #pragma unroll
   for (int w = 0; w < T::kKeyWords; ++w) key[w] = keys[i * T::kKeyWords + w];
   const uint64_t hash = format::xxh64_words<T::kKeyWords>(key, t.seed[0]);
-  prefix[i] = static_cast<uint32_t>(hash);
+  prefix[i] = static_cast<uint32_t>(by_bucket ? hash >> 32 : hash);
   index[i] = static_cast<uint32_t>(i);
   if (seen) note_key(seen, seen_mask, hash, repeats);
 }
