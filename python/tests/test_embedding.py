@@ -280,6 +280,25 @@ def test_gpu_lookup_matches_cpu_lookup(pool_name, dtype, pooling, cache_bytes):
     store.close()
 
 
+@pytest.mark.parametrize("dim,dtype", [(1, "float32"), (16, "float16"), (16, "float32"), (32, "float32"),
+                                       (96, "bfloat16"), (100, "float32"), (1024, "float32")])
+def test_gpu_gather_of_every_row_stride(pool_name, dim, dtype):
+    """Misses gathered from host memory by warps: rows of 32, 64, 128, 256, 512 and 4096 bytes'
+    stride, each equal to the CPU's reference, with and without bags."""
+    torch = _torch()
+    _cuda_ready(torch)
+    store, ids, table = make_store(pool_name, dim, dtype, n=3000, engine="gpu")
+    rng = np.random.default_rng(dim)
+    q, offsets = bags(rng, ids, 700, 12, missing=-3)
+    for off in (None, offsets):
+        want = reference(table, q, off, "sum" if off is not None else None, dim)
+        out = store.lookup(torch.from_numpy(q).cuda(), None if off is None else torch.from_numpy(off).cuda(),
+                           pooling="sum" if off is not None else None)
+        got = out.float().cpu().numpy()
+        np.testing.assert_allclose(got, want, rtol=tol(dtype) * 4, atol=tol(dtype) * 4)
+    store.close()
+
+
 def test_gpu_lookup_empty_and_large_batches(pool_name):
     torch = _torch()
     _cuda_ready(torch)
