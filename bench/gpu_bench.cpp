@@ -594,7 +594,7 @@ struct GpuBatchesSpec {
   std::string shape = "2L-2H-8S", distribution;  // distribution: empty = the workload's default
   std::string devices;  // a sharded table over these GPUs (--devices 0,1); empty: one table on GPU 0
   double cache_fraction = 0.2, theta = 0.99;
-  uint64_t records = 0, operations = 0, capacity = 0;
+  uint64_t records = 0, operations = 0, capacity = 0, cache_reload = 0;  // cache_reload 0: the default
   size_t batch = 0;
   uint32_t key_width = 8, value_width = 8;
   std::string workloads = "load,search,negative-search,update,a,b,c,f,delete";
@@ -611,6 +611,7 @@ OpenOptions options_of(const GpuBatchesSpec& g) {
                      : g.cache == "random" ? CachePolicy::kRandom : CachePolicy::kOff;
     o.cache.fraction = g.cache_fraction;
     o.cache.values = g.cache_values == "on";
+    if (g.cache_reload) o.cache.reload_operations = g.cache_reload;
   }  // else the CPU engine on all cores
   if (!g.devices.empty()) o.shards = cli::shard_list(0, g.devices);
   o.replace = true;
@@ -789,6 +790,7 @@ int main(int argc, char** argv) {
   g->add_option("--cache", gb.cache)->check(CLI::IsMember({"off", "lfu", "lru", "random"}));
   g->add_option("--cache-values", gb.cache_values)->check(CLI::IsMember({"on", "off"}));
   g->add_option("--cache-fraction", gb.cache_fraction);
+  g->add_option("--cache-reload", gb.cache_reload, "operations between loading phases (0: the default)");
   g->add_option("--devices", gb.devices, "GPU engine: shard the table over these GPUs (e.g. 0,1); batches stay on GPU 0");
   g->add_option("--kernels", gb.kernels)->check(CLI::IsMember({"warp", "warp-direct", "thread"}));
   g->add_option("--workloads", gb.workloads)->capture_default_str();

@@ -9,10 +9,13 @@
 //   select     the K best scores by a two-pass radix select over the scores' high and low 16 bits;
 //   fill       a warp per line: a bucket cached now is copied from its current line (GPU memory),
 //              a new one from the pool with its slots' heap values (verified against their
-//              checksums when the pool keeps them).
+//              checksums when the pool keeps them). One block per SM: the fill is bound by its
+//              host reads, and with a block per 8 lines it took the SMs from the batches beside
+//              it (H200, YCSB B with LFU 20%: 97 -> 123 M ops/s with the narrow fill).
 // The switch comes at the start of the first batch after the phase is done, in that batch's
-// stream: buckets written since the phase began (the `written` bits) are copied again from the
-// pool, then kernels use the new lines. A resize drops everything (bucket ids change).
+// stream: buckets written since the phase began (the `written` bits) are copied again, from their
+// current line if they have one, else from the pool; then kernels use the new lines. A resize
+// drops everything (bucket ids change).
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -175,17 +178,19 @@ __global__ void __launch_bounds__(256) cache_fill_kernel(const __grid_constant__
     fill_line(t, to, static_cast<int32_t>(line), line_ids[line], from, lane);
 }
 
-// The switch: lines of buckets written since the phase began are copied again from the pool.
+// The switch: lines of buckets written since the phase began are copied again, from the current
+// set's line where the bucket has one (every write reached it after the pool, and no batch runs
+// now, so it equals the pool) and from the pool otherwise.
 template <class T>
 __global__ void __launch_bounds__(256) cache_fixup_kernel(const __grid_constant__ T t, const __grid_constant__ BucketCacheView to,
+                                                          const __grid_constant__ BucketCacheView from,
                                                           const uint32_t* written, const uint32_t* line_ids,
                                                           const CacheSelection* sel, uint32_t max_lines) {
   const int lane = threadIdx.x & 31;
   const uint32_t warps = gridDim.x * blockDim.x / 32;
-  const BucketCacheView none{};
   for (uint32_t line = (blockIdx.x * blockDim.x + threadIdx.x) / 32; line < max_lines && line < sel->lines; line += warps) {
     const uint32_t id = line_ids[line];
-    if (written[id / 32] >> (id % 32) & 1) fill_line(t, to, static_cast<int32_t>(line), id, none, lane);
+    if (written[id / 32] >> (id % 32) & 1) fill_line(t, to, static_cast<int32_t>(line), id, from, lane);
   }
 }
 
@@ -217,8 +222,8 @@ class BucketCache {
     }
     if (loading_ && cudaEventQuery(loaded_->get()) == cudaSuccess) {
       const BucketCacheView next = view(dt, staging_, false);
-      cache_fixup_kernel<<<fill_blocks(), 256, 0, stream>>>(dt, next, written_.get(), line_ids_[staging_].get(),
-                                                            selection_.get(), lines_max_);
+      cache_fixup_kernel<<<fill_blocks(), 256, 0, stream>>>(dt, next, view(dt, current_, false), written_.get(),
+                                                            line_ids_[staging_].get(), selection_.get(), lines_max_);
       GPHASH_CUDA(cudaGetLastError());
       current_ = staging_;
       loading_ = false;
@@ -328,6 +333,13 @@ class BucketCache {
     return v;
   }
 
+  // The loading phase's fill, beside batches: one block per SM (header comment).
+  unsigned load_blocks() const {
+    int device = 0, sms = 1;
+    GPHASH_CUDA(cudaGetDevice(&device));
+    GPHASH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return std::min(static_cast<unsigned>(sms), fill_blocks());
+  }
   unsigned fill_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((uint64_t{lines_max_} + 7) / 8, 4096)); }
   unsigned id_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((ids_ + 255) / 256, 8192)); }
 
@@ -347,7 +359,7 @@ class BucketCache {
     cache_threshold_kernel<<<1, 1024, 0, load>>>(hist_.get() + kScoreBins, 0, selection_.get(), true);
     cache_select_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), index_[staging_].get(),
                                                        line_ids_[staging_].get());
-    cache_fill_kernel<<<fill_blocks(), 256, 0, load>>>(dt, view(dt, staging_, false), view(dt, current_, false),
+    cache_fill_kernel<<<load_blocks(), 256, 0, load>>>(dt, view(dt, staging_, false), view(dt, current_, false),
                                                        line_ids_[staging_].get(), selection_.get(), lines_max_);
     GPHASH_CUDA(cudaGetLastError());
     GPHASH_CUDA(cudaEventRecord(loaded_->get(), load));

@@ -692,6 +692,8 @@ class GpuEngine final : public Engine {
   void launch_parallel_pass(BatchView& bv, bool search_only, bool ops_unread, bool host_waits, bool staged,
                             bool distinct_keys, cudaStream_t stream) {
     if (!staged) GPHASH_CUDA(cudaEventRecord(start_, stream));
+    // BktCache's switch to freshly loaded lines runs here, in the batch's device time.
+    cache_.before_batch(dt_, bv.n, stream);
     const bool plan_searches = !gpu_memory_ && KeyWidth == 8 && bv.n >= kPlanMappedSearchesFrom;
     const bool order_searches = search_only && !plan_searches && !gpu_memory_ && mapped_bucket_order_ &&
                                 bv.n >= kOrderMappedSearchesFrom;
@@ -775,7 +777,6 @@ class GpuEngine final : public Engine {
     const cudaStream_t stream = batch_stream_;
     ChunkInFlight c{b, offset, n};
     const bool search_only = is_search_only(b, offset, n);
-    cache_.before_batch(dt_, n, stream);
     prepare_batch(n, stream, /*upload=*/false);
     c.bv = stage(b, offset, n, search_only, stream, &c.staged);
     if (!c.staged.out_bytes) upload_counters(stream);
@@ -874,7 +875,6 @@ class GpuEngine final : public Engine {
         if (exhausted) break;
       }
     }
-    cache_.before_batch(dt_, n, stream);
     BatchView bv = stage(b, offset, n, search_only, stream);
     prepare_batch(n, stream);
     launch_parallel_pass(bv, search_only, ops_unread(b), /*host_waits=*/false, /*staged=*/false, /*distinct_keys=*/false,
