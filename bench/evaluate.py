@@ -51,8 +51,9 @@ SYSTEMS = {
                  False),
     # Peers. The list-based index with logging is ours, on libGPM (SlabHash-GPM's design: chains of
     # 128-byte slabs searched by a warp, every write an undo-logged transaction); gpKVS is libGPM's
-    # Mega-KV-style store (8-byte values only); HierarchicalKV is downloaded at benchmark time
-    # (scripts/peers/hkv.sh), never committed. All take 8-byte keys; batches start in GPU memory.
+    # Mega-KV-style store (8-byte values only); HierarchicalKV runs only where a harness built
+    # outside this repository is given (--hkv-bench): a peer built to compare against is never part
+    # of the project, its figures are (bench/results). All take 8-byte keys; batches start in GPU memory.
     "slablist-gpm": ("SlabHash-GPM stand-in: slab lists in host-mapped persistent memory, undo-logged writes (libGPM)",
                      "gpm-index", ["--system", "slablist"], True),
     "gpkvs": ("gpKVS (libGPM's Mega-KV-style store, HCL undo log), 8-byte values", "gpm-index",
@@ -638,7 +639,7 @@ def main():
     run.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {','.join(SYSTEMS)}")
     run.add_argument("--pool-dir", default="/dev/shm", help="where pools go (a tmpfs: the persistent memory stand-in)")
     run.add_argument("--hkv-bench", type=Path, default=Path(__file__).resolve().parent.parent / ".peers/hkv/hkv_bench",
-                     help="HierarchicalKV's harness, built by scripts/peers/hkv.sh (its systems are skipped without it)")
+                     help="a HierarchicalKV harness built outside the project (its systems are skipped without it)")
     rep = sub.add_parser("report", help="plots and report.md from DIR/results.json")
     rep.add_argument("dir", type=Path)
     mrg = sub.add_parser("merge", help="one results.json and report from parts run apart (one size)")

@@ -13,10 +13,6 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${GPHASH_BUILD_DIR:-$root/build}
 GPHASH_DEPS_EXTRA="python3-matplotlib ${GPHASH_DEPS_EXTRA:-}" "$root/scripts/deps.sh"
 "$root/scripts/build.sh" >/dev/null
-# HierarchicalKV is a peer, downloaded and built now, never committed; without it its systems are skipped.
-if command -v nvcc >/dev/null && command -v nvidia-smi >/dev/null; then
-  "$root/scripts/peers/hkv.sh" >/dev/null 2>&1 || echo "evaluate: scripts/peers/hkv.sh failed: HierarchicalKV is skipped"
-fi
 args=()
 out=$build/evaluation
 while [[ $# -gt 0 ]]; do
