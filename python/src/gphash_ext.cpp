@@ -320,6 +320,8 @@ struct PyStore {
     d["missing_ids"] = st.missing_ids;
     d["cache_rows"] = st.cache_rows;
     d["rows_reclaimed"] = st.rows_reclaimed;
+    d["host_rows"] = st.host_rows;
+    d["tier_reads"] = st.tier_reads;
     return d;
   }
 };
@@ -462,15 +464,16 @@ NB_MODULE(_gphash, m) {
       .def_static("create",
                   [](const std::string& pool, uint32_t dim, const std::string& dtype, uint64_t capacity, float dflt,
                      const std::string& engine, uint64_t cache_bytes, uint32_t ways, uint32_t aging, bool replace,
-                     int threads) {
+                     int threads, uint64_t host_rows, const std::string& tier_path) {
                     emb::StoreConfig c{.dim = dim, .dtype = emb::parse_row_type(dtype), .capacity = capacity,
-                                       .default_value = dflt};
+                                       .default_value = dflt, .host_rows = host_rows, .tier_path = tier_path};
                     auto s = std::make_unique<PyStore>();
                     s->store.emplace(emb::EmbeddingStore::create(pool, c, store_options(engine, cache_bytes, ways, aging, replace, threads)));
                     return s.release();
                   },
                   "pool"_a, "dim"_a, "dtype"_a, "capacity"_a, "default_value"_a, "engine"_a, "cache_bytes"_a,
-                  "cache_ways"_a, "aging_interval"_a, "replace"_a, "threads"_a, nb::rv_policy::take_ownership)
+                  "cache_ways"_a, "aging_interval"_a, "replace"_a, "threads"_a, "host_rows"_a, "tier_path"_a,
+                  nb::rv_policy::take_ownership)
       .def_static("open",
                   [](const std::string& pool, const std::string& engine, uint64_t cache_bytes, uint32_t ways,
                      uint32_t aging, int threads) {

@@ -4,9 +4,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
+#include "embedding/file_tier.h"
 #include "embedding/gpu_lookup.h"
 #include "embedding/row_file.h"
 
@@ -142,8 +145,9 @@ struct EmbeddingStore::Impl {
   Impl(Table t, RowFile r, const StoreOptions& o) : table(std::move(t)), rows(std::move(r)), options(o) {}
   Table table;
   RowFile rows;
+  std::optional<FileTier> tier;  // rows from rows.host_rows() on, when the store has a tier
   StoreOptions options;
-  std::vector<uint64_t> free_rows;
+  std::vector<uint64_t> free_rows, free_tier_rows;  // reusable rows in host memory and in the tier
   StoreStats counts;
   std::unique_ptr<GpuLookup> gpu;
   std::mutex mu;  // writes and host lookups of one store run one at a time
@@ -157,19 +161,54 @@ struct EmbeddingStore::Impl {
     if (closed) throw Error(ErrorCode::kInvalidArgument, "the embedding store is closed", "store");
   }
 
+  bool in_tier(uint64_t row) const { return row >= rows.host_rows(); }
+
+  // Host memory first: a free host row, then a fresh one, then the tier's.
   uint64_t allocate_row() {
-    if (!free_rows.empty()) {
-      const uint64_t r = free_rows.back();
-      free_rows.pop_back();
+    auto pop = [](std::vector<uint64_t>& list) {
+      const uint64_t r = list.back();
+      list.pop_back();
       return r;
-    }
+    };
     RowFileHeader& h = rows.header();
-    if (h.next_row >= h.capacity)
-      throw Error(ErrorCode::kNoSpace,
-                  "the row file is full (" + std::to_string(h.capacity) + " rows): create the store with a larger capacity",
-                  "capacity");
-    // The bump is visible before the row is used, so a crash never hands a row out twice.
-    return h.next_row++;
+    if (!free_rows.empty()) return pop(free_rows);
+    if (h.next_row < rows.host_rows() || free_tier_rows.empty()) {
+      if (h.next_row >= h.capacity)
+        throw Error(ErrorCode::kNoSpace,
+                    "the row file is full (" + std::to_string(h.capacity) + " rows): create the store with a larger capacity",
+                    "capacity");
+      // The bump is visible before the row is used, so a crash never hands a row out twice.
+      return h.next_row++;
+    }
+    return pop(free_tier_rows);
+  }
+  void release_row(uint64_t row) { (in_tier(row) ? free_tier_rows : free_rows).push_back(row); }
+
+  // Where each row of `where` (~0: missing) can be read: host rows in place, tier rows read (each
+  // once) into `buffer`, missing ones at `fallback`. Call with `mu` held (the tier's reader is shared).
+  std::vector<const std::byte*> row_pointers(const std::vector<uint64_t>& where, const std::byte* fallback,
+                                             std::vector<std::byte>& buffer) {
+    std::vector<const std::byte*> at(where.size());
+    std::vector<uint64_t> from_tier;
+    for (size_t i = 0; i < where.size(); ++i) {
+      if (where[i] == ~uint64_t{0}) at[i] = fallback;
+      else if (in_tier(where[i])) from_tier.push_back(where[i]);
+      else at[i] = rows.row(where[i]);
+    }
+    if (from_tier.empty()) return at;
+    std::sort(from_tier.begin(), from_tier.end());  // file order, and each row once
+    from_tier.erase(std::unique(from_tier.begin(), from_tier.end()), from_tier.end());
+    std::vector<uint64_t> offsets(from_tier.size());
+    for (size_t k = 0; k < from_tier.size(); ++k) offsets[k] = from_tier[k] - rows.host_rows();
+    const uint32_t rb = row_bytes();
+    buffer.resize(from_tier.size() * rb);
+    tier->read_rows(offsets.data(), offsets.size(), buffer.data());
+    counts.tier_reads += from_tier.size();
+    for (size_t i = 0; i < where.size(); ++i)
+      if (where[i] != ~uint64_t{0} && in_tier(where[i]))
+        at[i] = buffer.data() +
+                static_cast<size_t>(std::lower_bound(from_tier.begin(), from_tier.end(), where[i]) - from_tier.begin()) * rb;
+    return at;
   }
 
   // Searches `n` ids; row index per id, ~0 when missing.
@@ -202,13 +241,27 @@ struct EmbeddingStore::Impl {
         if (where[i] < used) referenced[where[i]] = 1;
     }
     free_rows.clear();
+    free_tier_rows.clear();
     for (uint64_t r = used; r-- > 0;)
-      if (!referenced[r]) free_rows.push_back(r);
-    counts.rows_reclaimed = free_rows.size();
+      if (!referenced[r]) release_row(r);
+    counts.rows_reclaimed = free_rows.size() + free_tier_rows.size();
+  }
+
+  void open_tier(bool create) {
+    if (!rows.has_tier()) return;
+    const uint64_t tier_rows = rows.header().capacity - rows.host_rows();
+    tier.emplace(create ? FileTier::create(rows.tier_path(), row_bytes(), tier_rows)
+                        : FileTier::open(rows.tier_path(), row_bytes(), tier_rows));
   }
 
   void start_gpu() {
     if (options.engine != EngineKind::kGpu) return;
+    // The GPU lookup gathers rows from host memory in one kernel; reading the tier's rows needs the
+    // host between finding the IDs and gathering, which it does not do yet.
+    if (rows.has_tier())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "a store with a file tier (host_rows below capacity) is looked up by the CPU engine: open it with engine cpu",
+                  "engine");
     if (!gpu_lookup_available())
       throw Error(ErrorCode::kNoGpu, "this build of gphash has no CUDA: the embedding store's GPU lookup is not available", "engine");
     const RowFileHeader& h = rows.header();
@@ -245,11 +298,29 @@ EmbeddingStore EmbeddingStore::create(const std::string& pool, const StoreConfig
   if (c.dim < 1 || c.dim > 1024)
     throw Error(ErrorCode::kInvalidArgument, "dim must be 1..1024, not " + std::to_string(c.dim), "dim");
   if (c.capacity == 0) throw Error(ErrorCode::kInvalidArgument, "capacity must be at least 1 row", "capacity");
+  // The tier's settings, before anything is created (RowFile::create checks them again).
+  if (c.host_rows > c.capacity)
+    throw Error(ErrorCode::kInvalidArgument, "host_rows must be at most capacity", "host_rows");
+  const bool tiered = c.host_rows != 0 && c.host_rows < c.capacity;
+  if (tiered == c.tier_path.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                tiered ? "rows beyond host_rows need a tier file: give tier_path"
+                       : "tier_path needs host_rows below capacity (the rows the tier holds)",
+                "tier_path");
+  if (tiered && o.engine == EngineKind::kGpu)
+    throw Error(ErrorCode::kInvalidArgument,
+                "a store with a file tier is looked up by the CPU engine: create it with engine cpu", "engine");
   const OpenOptions topt = table_options(o);
   Table table = Table::create(pool, {.key_width = 8, .value_width = 8, .capacity = c.capacity}, topt);
   const uint32_t stride = row_stride(c.dim * element_bytes(c.dtype));
-  auto impl = std::make_unique<Impl>(
-      std::move(table), RowFile::create(pool, static_cast<uint32_t>(c.dtype), c.dim, stride, c.capacity, c.default_value, true), o);
+  const uint64_t host_rows = c.host_rows ? c.host_rows : c.capacity;
+  // Absolute, so that the store reopens from any working directory.
+  const std::string tier_path = c.tier_path.empty() ? "" : std::filesystem::absolute(c.tier_path).string();
+  auto impl = std::make_unique<Impl>(std::move(table),
+                                     RowFile::create(pool, static_cast<uint32_t>(c.dtype), c.dim, stride, c.capacity,
+                                                     host_rows, tier_path, c.default_value, true),
+                                     o);
+  impl->open_tier(true);
   impl->start_gpu();
   return EmbeddingStore(std::move(impl));
 }
@@ -260,6 +331,7 @@ EmbeddingStore EmbeddingStore::open(const std::string& pool, const StoreOptions&
   if (table.key_width() != 8 || table.value_width() != 8)
     throw Error(ErrorCode::kKeyWidthMismatch, "pool " + pool + " is not an embedding store's index (key and value width must be 8)", "pool");
   auto impl = std::make_unique<Impl>(std::move(table), RowFile::open(pool), o);
+  impl->open_tier(false);
   impl->rebuild_free_list();
   impl->counts.reclaimed_rows = impl->counts.rows_reclaimed > 0;
   impl->start_gpu();
@@ -277,7 +349,8 @@ StoreStats EmbeddingStore::stats() const {
   StoreStats s = impl_->counts;
   s.items = impl_->table.size();
   s.capacity = impl_->rows.header().capacity;
-  s.rows_used = impl_->rows.header().next_row - impl_->free_rows.size();
+  s.rows_used = impl_->rows.header().next_row - impl_->free_rows.size() - impl_->free_tier_rows.size();
+  s.host_rows = impl_->rows.host_rows();
   if (impl_->gpu) {
     const GpuCounters g = impl_->gpu->counters();
     s.cache_hits = g.hits;
@@ -309,14 +382,23 @@ void EmbeddingStore::insert_or_assign(const int64_t* ids, size_t n, const void* 
   const uint32_t rb = m.row_bytes();
   size_t allocated = 0;
   try {
+    std::vector<uint64_t> tier_rows;  // rows for the tier file, relative to it, and their data
+    std::vector<std::byte> tier_data;
     for (size_t k = 0; k < keys.size(); ++k, ++allocated) {
       fresh[k] = m.allocate_row();
+      const std::byte* src = static_cast<const std::byte*>(rows_in) + from[k] * rb;
+      if (m.in_tier(fresh[k])) {
+        tier_rows.push_back(fresh[k] - m.rows.host_rows());
+        tier_data.insert(tier_data.end(), src, src + rb);
+        continue;
+      }
       std::byte* dst = m.rows.row(fresh[k]);
-      std::memcpy(dst, static_cast<const std::byte*>(rows_in) + from[k] * rb, rb);
+      std::memcpy(dst, src, rb);
       std::memset(dst + rb, 0, m.rows.header().stride - rb);
     }
+    if (!tier_rows.empty()) m.tier->write_rows(tier_rows.data(), tier_rows.size(), tier_data.data());  // fsyncs
   } catch (...) {
-    for (size_t k = 0; k < allocated; ++k) m.free_rows.push_back(fresh[k]);
+    for (size_t k = 0; k < allocated; ++k) m.release_row(fresh[k]);
     throw;
   }
   // Rows first, then the index entries that point to them (DESIGN.md section 3: the Table's
@@ -336,10 +418,10 @@ void EmbeddingStore::insert_or_assign(const int64_t* ids, size_t n, const void* 
   }
   for (size_t k = 0; k < keys.size(); ++k) {
     if (status[k] != OpStatus::kOk) {
-      m.free_rows.push_back(fresh[k]);
+      m.release_row(fresh[k]);
       throw Error(ErrorCode::kNoSpace, std::string("the index refused id ") + std::to_string(keys[k]) + ": " + to_string(status[k]), "ids");
     }
-    if (old[k] != ~uint64_t{0}) m.free_rows.push_back(old[k]);
+    if (old[k] != ~uint64_t{0}) m.release_row(old[k]);
   }
 }
 
@@ -360,7 +442,7 @@ size_t EmbeddingStore::erase(const int64_t* ids, size_t n) {
   for (size_t k = 0; k < keys.size(); ++k)
     if (status[k] == OpStatus::kOk) {
       ++erased;
-      if (old[k] != ~uint64_t{0}) m.free_rows.push_back(old[k]);
+      if (old[k] != ~uint64_t{0}) m.release_row(old[k]);
     }
   if (m.gpu) m.gpu->index_changed(keys.data(), nullptr, keys.size());
   return erased;
@@ -430,16 +512,18 @@ void EmbeddingStore::lookup_host(const int64_t* ids, size_t n, const int64_t* of
     if (include_last && static_cast<uint64_t>(offsets[n_offsets - 1]) != n)
       throw Error(ErrorCode::kInvalidArgument, "with include_last_offset the last offset must be len(ids)", "offsets");
   }
+  const RowType t = m.dtype();
+  const uint32_t d = m.dim(), rb = m.row_bytes();
+  std::vector<std::byte> fallback(rb), from_tier;
+  m.default_row(fallback.data());
   std::vector<uint64_t> where;
+  std::vector<const std::byte*> at;
   {
     std::lock_guard lock(m.mu);
     where = m.find_rows(ids, n);
+    at = m.row_pointers(where, fallback.data(), from_tier);
   }
-  const RowType t = m.dtype();
-  const uint32_t d = m.dim(), rb = m.row_bytes();
-  std::vector<std::byte> fallback(rb);
-  m.default_row(fallback.data());
-  auto row_of = [&](size_t i) -> const std::byte* { return where[i] == ~uint64_t{0} ? fallback.data() : m.rows.row(where[i]); };
+  auto row_of = [&](size_t i) { return at[i]; };
   size_t missing = 0;
   for (size_t i = 0; i < n; ++i) {
     missing += where[i] == ~uint64_t{0};
@@ -503,7 +587,10 @@ size_t EmbeddingStore::export_rows(int64_t* ids, void* rows_out, size_t capacity
     }
     total += m.table.export_items(cursor, ids + total, where.data() + total, capacity - total);
   }
-  for (size_t i = 0; i < total; ++i) std::memcpy(static_cast<std::byte*>(rows_out) + i * rb, m.rows.row(where[i]), rb);
+  where.resize(total);
+  std::vector<std::byte> from_tier;
+  const std::vector<const std::byte*> at = m.row_pointers(where, nullptr, from_tier);
+  for (size_t i = 0; i < total; ++i) std::memcpy(static_cast<std::byte*>(rows_out) + i * rb, at[i], rb);
   return total;
 }
 

@@ -44,8 +44,13 @@ uint32_t row_stride(uint32_t row_bytes);
 struct StoreConfig {
   uint32_t dim = 0;                  // 1..1024
   RowType dtype = RowType::kFloat32;
-  uint64_t capacity = 1 << 20;       // rows the row file holds (fixed at creation)
+  uint64_t capacity = 1 << 20;       // rows the store holds (fixed at creation)
   float default_value = 0;           // every element of the row a missing ID gets
+  // A tier below host memory (GDRec's NVMe tier; file_tier.h says why a file read by the CPU):
+  // the first `host_rows` rows live in host memory, the rest in the file at `tier_path`, written
+  // through (fsync) and read with io_uring. 0: every row in host memory, no tier.
+  uint64_t host_rows = 0;
+  std::string tier_path;
 };
 
 struct StoreOptions {
@@ -68,6 +73,8 @@ struct StoreStats {
   uint64_t cache_rows = 0;  // rows the cache holds at most
   bool reclaimed_rows = false;
   uint64_t rows_reclaimed = 0;  // unreferenced rows found at open (a crash between row and index)
+  uint64_t host_rows = 0;       // rows in host memory; capacity - host_rows are in the tier file
+  uint64_t tier_reads = 0;      // rows read from the tier file (a row looked up twice in one call: once)
 };
 
 class RowFile;

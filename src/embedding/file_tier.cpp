@@ -32,6 +32,14 @@ void check_rows(const uint64_t* rows, size_t n, uint64_t capacity) {
 }  // namespace
 
 FileTier FileTier::create(const std::string& path, uint32_t row_bytes, uint64_t capacity) {
+  return start(path, row_bytes, capacity, true);
+}
+
+FileTier FileTier::open(const std::string& path, uint32_t row_bytes, uint64_t capacity) {
+  return start(path, row_bytes, capacity, false);
+}
+
+FileTier FileTier::start(const std::string& path, uint32_t row_bytes, uint64_t capacity, bool create) {
   if (row_bytes == 0 || row_bytes > 65536) throw Error(ErrorCode::kInvalidArgument, "row_bytes must be 1..65536", "row_bytes");
   if (capacity == 0) throw Error(ErrorCode::kInvalidArgument, "capacity must be at least 1 row", "capacity");
   FileTier t;
@@ -39,13 +47,25 @@ FileTier FileTier::create(const std::string& path, uint32_t row_bytes, uint64_t 
   t.row_bytes_ = row_bytes;
   t.stride_ = (row_bytes + 511) / 512 * 512;
   t.capacity_ = capacity;
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+  const int flags = O_RDWR | (create ? O_CREAT | O_TRUNC : 0);
+  int fd = ::open(path.c_str(), flags | O_DIRECT, 0600);
   t.direct_ = fd >= 0;
-  if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);  // tmpfs: no O_DIRECT
-  if (fd < 0) io_error("cannot create tier file", path);
+  if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), flags, 0600);  // tmpfs: no O_DIRECT
+  if (fd < 0 && !create && errno == ENOENT)
+    throw Error(ErrorCode::kNotFound, "no tier file at " + path + " (the store's rows beyond host memory)", "tier_path");
+  if (fd < 0) io_error(create ? "cannot create tier file" : "cannot open tier file", path);
   t.fd_ = fd;
-  if (::posix_fallocate(fd, 0, static_cast<off_t>(capacity * t.stride_)) != 0)
-    throw Error(ErrorCode::kNoSpace, "no space for " + std::to_string(capacity * t.stride_) + " bytes in " + path, "capacity");
+  const uint64_t bytes = capacity * t.stride_;
+  if (create) {
+    if (::posix_fallocate(fd, 0, static_cast<off_t>(bytes)) != 0)
+      throw Error(ErrorCode::kNoSpace, "no space for " + std::to_string(bytes) + " bytes in " + path, "capacity");
+  } else {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) io_error("cannot stat", path);
+    if (static_cast<uint64_t>(st.st_size) < bytes)
+      throw Error(ErrorCode::kTruncated, "tier file " + path + " is truncated: " + std::to_string(st.st_size) +
+                                             " bytes, the store needs " + std::to_string(bytes), "tier_path");
+  }
   if (::posix_memalign(reinterpret_cast<void**>(&t.bounce_), 4096, size_t{t.queue_depth_} * t.stride_) != 0)
     throw Error(ErrorCode::kNoSpace, "cannot allocate the tier's read buffers", "capacity");
 #ifdef GPHASH_HAVE_LIBURING

@@ -7,7 +7,9 @@
 // copy or a zero-copy gather then moves on. Rows are addressed by row index (the same index the
 // store's Table maps IDs to); each occupies `stride` bytes, a multiple of 512, so every read is
 // sector-aligned. Without liburing at build time, or where the kernel refuses io_uring, reads
-// fall back to pread (uses_io_uring() says which ran).
+// fall back to pread (uses_io_uring() says which ran). An EmbeddingStore created with host_rows
+// below its capacity keeps its other rows in one (StoreConfig::tier_path; row index - host_rows
+// here).
 #pragma once
 
 #include <cstddef>
@@ -21,6 +23,8 @@ class FileTier {
  public:
   // Creates (or replaces) a tier file for `capacity` rows of `row_bytes` bytes.
   static FileTier create(const std::string& path, uint32_t row_bytes, uint64_t capacity);
+  // Opens an existing tier file with these dimensions (its rows stay).
+  static FileTier open(const std::string& path, uint32_t row_bytes, uint64_t capacity);
   FileTier(FileTier&&) noexcept;
   FileTier& operator=(FileTier&&) noexcept;
   ~FileTier();
@@ -39,6 +43,7 @@ class FileTier {
 
  private:
   FileTier() = default;
+  static FileTier start(const std::string& path, uint32_t row_bytes, uint64_t capacity, bool create);
   void read_pread(const uint64_t* rows, size_t n, void* out);
   int fd_ = -1;
   bool direct_ = false;

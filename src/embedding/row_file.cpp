@@ -22,6 +22,14 @@ uint64_t header_checksum(const RowFileHeader& h) {
   return x;
 }
 
+uint64_t tier_checksum(const RowFileHeader& h) {
+  const auto* p = reinterpret_cast<const unsigned char*>(&h);
+  uint64_t x = 1469598103934665603ull;
+  for (size_t i = offsetof(RowFileHeader, host_rows); i < offsetof(RowFileHeader, tier_checksum); ++i)
+    x = (x ^ p[i]) * 1099511628211ull;
+  return x;
+}
+
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
   throw Error(ErrorCode::kIo, what + " " + path + ": " + std::strerror(errno));
 }
@@ -40,12 +48,21 @@ void RowFile::remove(const std::string& pool) {
 }
 
 RowFile RowFile::create(const std::string& pool, uint32_t dtype, uint32_t dim, uint32_t stride, uint64_t capacity,
-                        float default_value, bool replace) {
+                        uint64_t host_rows, const std::string& tier_path, float default_value, bool replace) {
   if (capacity == 0 || capacity > (uint64_t{1} << 40) / stride)
     throw Error(ErrorCode::kInvalidArgument, "row capacity must be 1 .. 2^40 bytes of rows", "capacity");
+  if (host_rows > capacity)
+    throw Error(ErrorCode::kInvalidArgument, "host_rows must be at most capacity", "host_rows");
+  if ((host_rows < capacity) != !tier_path.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                host_rows < capacity ? "rows beyond host_rows need a tier file: give tier_path"
+                                     : "tier_path needs host_rows below capacity (the rows the tier holds)",
+                "tier_path");
+  if (tier_path.size() >= kTierPathBytes)
+    throw Error(ErrorCode::kInvalidArgument, "tier_path is longer than 511 bytes", "tier_path");
   RowFile f;
   f.path_ = path_for(pool);
-  f.bytes_ = kRowDataOffset + capacity * stride;
+  f.bytes_ = kRowDataOffset + host_rows * stride;
   if (f.path_.empty()) {
     void* p = ::mmap(nullptr, f.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) io_error("cannot map anonymous rows for", pool);
@@ -72,13 +89,17 @@ RowFile RowFile::create(const std::string& pool, uint32_t dtype, uint32_t dim, u
   RowFileHeader& h = f.header();
   std::memset(&h, 0, sizeof h);
   std::memcpy(h.magic, "GPHROWS1", 8);
-  h.version = 1;
+  h.version = 2;
   h.dtype = dtype;
   h.dim = dim;
   h.stride = stride;
   h.capacity = capacity;
   h.default_value = default_value;
   h.checksum = header_checksum(h);
+  h.host_rows = host_rows;
+  std::memcpy(h.tier_path, tier_path.data(), tier_path.size());
+  h.tier_checksum = tier_checksum(h);
+  f.host_rows_ = host_rows;
   f.persist();
   return f;
 }
@@ -108,7 +129,20 @@ RowFile RowFile::open(const std::string& pool) {
     ::close(fd);
     throw Error(ErrorCode::kChecksumMismatch, "row file header of " + f.path_ + " fails its checksum", "checksum");
   }
-  f.bytes_ = kRowDataOffset + h.capacity * h.stride;
+  if (h.version != 1 && h.version != 2) {
+    ::close(fd);
+    throw Error(ErrorCode::kUnsupportedVersion, "row file " + f.path_ + " has version " + std::to_string(h.version) +
+                                                    ", this build reads 1 and 2", "version");
+  }
+  if (h.version == 1) {
+    h.host_rows = h.capacity;  // every row in this file
+  } else if (h.tier_checksum != tier_checksum(h) || h.host_rows > h.capacity ||
+             std::memchr(h.tier_path, 0, kTierPathBytes) == nullptr) {
+    ::close(fd);
+    throw Error(ErrorCode::kChecksumMismatch, "row file header of " + f.path_ + ": its tier fields fail their checksum",
+                "tier_checksum");
+  }
+  f.bytes_ = kRowDataOffset + h.host_rows * h.stride;
   if (static_cast<size_t>(st.st_size) < f.bytes_) {
     ::close(fd);
     throw Error(ErrorCode::kTruncated, "row file " + f.path_ + " is truncated: " + std::to_string(st.st_size) +
@@ -121,16 +155,22 @@ RowFile RowFile::open(const std::string& pool) {
   f.regular_file_ = f.path_.rfind("/dev/shm/", 0) != 0;
   if (f.header().next_row > h.capacity)
     throw Error(ErrorCode::kCorruptHeader, "row file " + f.path_ + ": next_row beyond capacity", "next_row");
+  f.host_rows_ = h.host_rows;  // a version 1 file stays one (rewriting its header could tear it)
   return f;
 }
 
 RowFile::RowFile(RowFile&& o) noexcept
-    : base_(std::exchange(o.base_, nullptr)), bytes_(o.bytes_), regular_file_(o.regular_file_), path_(std::move(o.path_)) {}
+    : base_(std::exchange(o.base_, nullptr)),
+      bytes_(o.bytes_),
+      host_rows_(o.host_rows_),
+      regular_file_(o.regular_file_),
+      path_(std::move(o.path_)) {}
 RowFile& RowFile::operator=(RowFile&& o) noexcept {
   if (this != &o) {
     if (base_) ::munmap(base_, bytes_);
     base_ = std::exchange(o.base_, nullptr);
     bytes_ = o.bytes_;
+    host_rows_ = o.host_rows_;
     regular_file_ = o.regular_file_;
     path_ = std::move(o.path_);
   }

@@ -1,8 +1,10 @@
 // RowFile: the embedding rows of an EmbeddingStore, in a file beside the Table's pool
 // ("NAME" -> /dev/shm/NAME.rows, a path -> PATH.rows, "mem:" -> anonymous memory).
 //
-// Layout: a 4096-byte header (RowFileHeader), then `capacity` rows of `stride` bytes each, so
+// Layout: a 4096-byte header (RowFileHeader), then `host_rows` rows of `stride` bytes each, so
 // every row starts 32-byte aligned and never straddles more 128-byte segments than its size needs.
+// Rows host_rows .. capacity - 1, when there are any, live in a tier file (FileTier) on a file
+// system below host memory: the store's substitute for GDRec's NVMe tier.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +15,7 @@ namespace gphash::embedding {
 
 struct RowFileHeader {
   char magic[8];          // "GPHROWS1"
-  uint32_t version;       // 1
+  uint32_t version;       // 2; version 1 files (no tier fields: every row here) open as before
   uint32_t dtype;         // RowType
   uint32_t dim;           // elements per row
   uint32_t stride;        // bytes from one row to the next
@@ -22,25 +24,36 @@ struct RowFileHeader {
   uint32_t reserved;
   uint64_t checksum;      // of the fields above
   uint64_t next_row;      // rows ever handed out (bump allocator; reused rows come from the free list)
+  // Version 2:
+  uint64_t host_rows;       // rows held in this file (the first ones); the rest are in the tier file
+  char tier_path[512];      // the tier file, "" when host_rows == capacity
+  uint64_t tier_checksum;   // of host_rows and tier_path
 };
 inline constexpr size_t kRowDataOffset = 4096;
+inline constexpr size_t kTierPathBytes = sizeof(RowFileHeader::tier_path);
 // docs/FORMAT.md section 10 documents these offsets.
 static_assert(offsetof(RowFileHeader, dtype) == 12 && offsetof(RowFileHeader, stride) == 20);
 static_assert(offsetof(RowFileHeader, capacity) == 24 && offsetof(RowFileHeader, default_value) == 32);
 static_assert(offsetof(RowFileHeader, checksum) == 40 && offsetof(RowFileHeader, next_row) == 48);
+static_assert(offsetof(RowFileHeader, host_rows) == 56 && offsetof(RowFileHeader, tier_path) == 64);
+static_assert(offsetof(RowFileHeader, tier_checksum) == 576 && sizeof(RowFileHeader) <= kRowDataOffset);
 
 class RowFile {
  public:
   RowFile() = default;
+  // host_rows: rows in this file (the others go to the tier file at tier_path); capacity = all.
   static RowFile create(const std::string& pool, uint32_t dtype, uint32_t dim, uint32_t stride, uint64_t capacity,
-                        float default_value, bool replace);
+                        uint64_t host_rows, const std::string& tier_path, float default_value, bool replace);
   static RowFile open(const std::string& pool);
   RowFile(RowFile&&) noexcept;
   RowFile& operator=(RowFile&&) noexcept;
   ~RowFile();
 
   RowFileHeader& header() const { return *reinterpret_cast<RowFileHeader*>(base_); }
-  std::byte* row(uint64_t index) const { return base_ + kRowDataOffset + index * header().stride; }
+  std::byte* row(uint64_t index) const { return base_ + kRowDataOffset + index * header().stride; }  // < host_rows()
+  uint64_t host_rows() const { return host_rows_; }
+  bool has_tier() const { return host_rows_ < header().capacity; }
+  std::string tier_path() const { return has_tier() ? std::string(header().tier_path) : std::string(); }
   std::byte* data() const { return base_ + kRowDataOffset; }
   size_t data_bytes() const { return bytes_ - kRowDataOffset; }
   bool is_file() const { return regular_file_; }  // a regular file: writes need msync
@@ -52,6 +65,7 @@ class RowFile {
  private:
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
+  uint64_t host_rows_ = 0;  // version 1 files: capacity
   bool regular_file_ = false;
   std::string path_;
 };

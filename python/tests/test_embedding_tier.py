@@ -1,0 +1,168 @@
+"""gphash.EmbeddingStore with a tier below host memory (issue 9, item 5): the first host_rows rows in
+host memory, the rest in a file read with io_uring. Lookups against a plain gather, writes that move
+rows between the tiers, reopen, a killed writer, old row files, typed errors."""
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gphash
+from test_embedding import DTYPES, POOLINGS, bags, from_f32, reference, to_f32, tol
+
+
+def make_tiered(pool_name, tier, dim, dtype, n, host_rows, seed=0):
+    store = gphash.EmbeddingStore.create(pool_name, dim, dtype=dtype, capacity=2 * n, replace=True,
+                                         host_rows=host_rows, tier_path=tier)
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(10**12, size=n, replace=False).astype(np.int64)
+    stored = from_f32(rng.standard_normal((n, dim)).astype(np.float32), dtype)
+    store.insert_or_assign(ids, stored)
+    table = {int(i): to_f32(stored[k:k + 1], dtype)[0] for k, i in enumerate(ids)}
+    return store, ids, table
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("dim", [3, 64, 300])
+def test_tiered_lookup_matches_a_plain_gather(pool_name, tmp_path, dtype, pooling, dim):
+    # 300 rows, 60 of them in host memory: most lookups read the tier.
+    store, ids, table = make_tiered(pool_name, tmp_path / "tier", dim, dtype, 300, host_rows=60)
+    rng = np.random.default_rng(dim)
+    q, offsets = bags(rng, ids, 40, 12, missing=-5)
+    if pooling is None:
+        offsets = None
+    out = store.lookup(q, offsets, pooling=pooling)
+    np.testing.assert_allclose(to_f32(out, dtype), reference(table, q, offsets, pooling, dim), rtol=tol(dtype), atol=tol(dtype))
+    s = store.stats()
+    assert s["host_rows"] == 60 and s["capacity"] == 600
+    tier_ids = {int(i) for i in ids[60:]}  # inserted in order: rows 60.. are the tier's
+    assert 0 < s["tier_reads"] <= len({int(i) for i in q} & tier_ids)
+    store.close()
+
+
+def test_tiered_store_reopens_reuses_rows_and_exports(pool_name, tmp_path):
+    tier = tmp_path / "tier"
+    store, ids, table = make_tiered(pool_name, tier, 16, "float32", 200, host_rows=50)
+    rng = np.random.default_rng(7)
+    # Reassign rows of both tiers (out of place: the old rows become free) and erase some.
+    again = np.concatenate([ids[:10], ids[150:170]])
+    rows = rng.standard_normal((len(again), 16)).astype(np.float32)
+    store.insert_or_assign(again, rows)
+    for i, r in zip(again, rows):
+        table[int(i)] = r
+    assert store.erase(ids[100:120]) == 20
+    for i in ids[100:120]:
+        del table[int(i)]
+    store.close()
+
+    store = gphash.EmbeddingStore.open(pool_name)
+    s = store.stats()
+    assert s["host_rows"] == 50 and s["rows_used"] == len(table) and len(store) == len(table)
+    out, found = store.lookup(ids, pooling=None, found=True)
+    np.testing.assert_array_equal(found, [int(i) in table for i in ids])
+    np.testing.assert_allclose(out, reference(table, ids, None, None, 16))
+    # Freed rows are used again, host memory's first: the store never outgrows its capacity.
+    more = np.arange(1, 221, dtype=np.int64)  # 200 - 20 + 220 = 400 = capacity
+    store.insert_or_assign(more, np.tile(more[:, None].astype(np.float32), (1, 16)))
+    with pytest.raises(gphash.Error) as e:
+        store.insert_or_assign(np.array([10**13], np.int64), np.zeros((1, 16), np.float32))
+    assert e.value.code == "NoSpace"
+    got_ids, got_rows = store.export()
+    assert len(got_ids) == len(store) == 400
+    for i in more:
+        table[int(i)] = np.full(16, float(i), np.float32)
+    np.testing.assert_allclose(got_rows, reference(table, got_ids, None, None, 16))
+    store.close()
+    assert gphash.check_pool(pool_name)["ok"]
+
+
+def test_tiered_store_survives_a_killed_process(pool_name, tmp_path):
+    tier = str(tmp_path / "tier")
+    child = textwrap.dedent(f"""
+        import os, signal, numpy as np, gphash
+        s = gphash.EmbeddingStore.create({pool_name!r}, 8, capacity=4000, replace=True, host_rows=500, tier_path={tier!r})
+        ids = np.arange(1, 2001, dtype=np.int64)
+        rows = (ids[:, None] * np.ones((1, 8))).astype(np.float32)
+        s.insert_or_assign(ids, rows)
+        s.insert_or_assign(ids[400:700], -rows[400:700])  # rows on both sides of host_rows
+        s.erase(ids[-10:])
+        print("acknowledged", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=os.environ)
+    assert "acknowledged" in p.stdout, p.stderr
+    assert p.returncode == -signal.SIGKILL
+    store = gphash.EmbeddingStore.open(pool_name)
+    ids = np.arange(1, 2001, dtype=np.int64)
+    want = (ids[:, None] * np.ones((1, 8))).astype(np.float32)
+    want[400:700] *= -1
+    want[-10:] = 0
+    out, found = store.lookup(ids, pooling=None, found=True)
+    assert found.sum() == 1990
+    np.testing.assert_array_equal(out, want)
+    assert store.stats()["rows_used"] == 1990
+    store.close()
+    assert gphash.check_pool(pool_name)["ok"]
+
+
+def test_a_version_1_row_file_opens_with_every_row_in_host_memory(pool_name):
+    """Row files written before the tier (version 1: no tier fields) open unchanged."""
+    store = gphash.EmbeddingStore.create(pool_name, 4, capacity=100, replace=True)
+    ids = np.arange(1, 51, dtype=np.int64)
+    store.insert_or_assign(ids, np.tile(ids[:, None].astype(np.float32), (1, 4)))
+    store.close()
+    path = f"/dev/shm/{pool_name}.rows"
+    with open(path, "r+b") as f:
+        header = bytearray(f.read(584))
+        header[8:12] = struct.pack("<I", 1)  # version 1
+        header[56:584] = bytes(528)          # no tier fields
+        x = 1469598103934665603
+        for b in header[:40]:  # FNV-1a of the fields before the checksum
+            x = ((x ^ b) * 1099511628211) % 2**64
+        header[40:48] = struct.pack("<Q", x)
+        f.seek(0)
+        f.write(header)
+    store = gphash.EmbeddingStore.open(pool_name)
+    assert store.stats()["host_rows"] == 100
+    np.testing.assert_array_equal(store.lookup(ids, pooling=None), np.tile(ids[:, None].astype(np.float32), (1, 4)))
+    store.insert_or_assign(np.array([99], np.int64), np.ones((1, 4), np.float32))
+    store.close()
+
+
+def test_tier_errors_are_typed(pool_name, tmp_path):
+    tier = str(tmp_path / "tier")
+    cases = [
+        (dict(host_rows=200), "InvalidArgument", "host_rows"),      # more than capacity
+        (dict(host_rows=50), "InvalidArgument", "tier_path"),       # rows beyond host memory, no file
+        (dict(tier_path=tier), "InvalidArgument", "tier_path"),     # a file and every row in host memory
+        (dict(host_rows=50, tier_path=tier, engine="gpu"), "InvalidArgument", "engine"),
+    ]
+    for kw, code, field in cases:
+        with pytest.raises(gphash.Error) as e:
+            gphash.EmbeddingStore.create(pool_name, 4, capacity=100, replace=True, **kw)
+        assert (e.value.code, e.value.field) == (code, field), (kw, str(e.value))
+
+    def damaged(damage):
+        store = gphash.EmbeddingStore.create(pool_name, 4, capacity=100, replace=True, host_rows=10, tier_path=tier)
+        store.insert_or_assign(np.arange(1, 31, dtype=np.int64), np.ones((30, 4), np.float32))
+        store.close()
+        if damage == "missing":
+            os.unlink(tier)
+        elif damage == "truncated":
+            os.truncate(tier, 512 * 10)
+        else:
+            with open(f"/dev/shm/{pool_name}.rows", "r+b") as f:
+                f.seek(64)  # the tier path
+                f.write(b"X")
+        with pytest.raises(gphash.Error) as e:
+            gphash.EmbeddingStore.open(pool_name)
+        return e.value.code, e.value.field
+
+    assert damaged("missing") == ("NotFound", "tier_path")
+    assert damaged("truncated") == ("Truncated", "tier_path")
+    assert damaged("header") == ("ChecksumMismatch", "tier_checksum")
