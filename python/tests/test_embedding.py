@@ -180,10 +180,17 @@ def test_bad_input_raises_typed_errors(pool_name):
     assert e.value.code == "InvalidArgument"
 
 
+def run_until_killed(child):
+    """Runs Python source `child`, which writes, prints "acknowledged" and SIGKILLs itself."""
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(child)], capture_output=True, text=True, env=os.environ)
+    assert "acknowledged" in p.stdout, p.stderr
+    assert p.returncode == -signal.SIGKILL
+
+
 def test_store_survives_a_killed_process(pool_name):
     """A child writes rows and dies by SIGKILL without closing; the store reopens with every
     acknowledged row, and check() finds the index consistent."""
-    child = textwrap.dedent(f"""
+    run_until_killed(f"""
         import os, signal, sys, numpy as np, gphash
         s = gphash.EmbeddingStore.create({pool_name!r}, 16, dtype="float16", capacity=10000, replace=True)
         ids = np.arange(1, 5001, dtype=np.int64)
@@ -194,9 +201,6 @@ def test_store_survives_a_killed_process(pool_name):
         print("acknowledged", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=os.environ)
-    assert "acknowledged" in p.stdout, p.stderr
-    assert p.returncode == -signal.SIGKILL
     store = gphash.EmbeddingStore.open(pool_name)
     assert len(store) == 4990
     ids = np.arange(1, 5001, dtype=np.int64)

@@ -2,17 +2,13 @@
 host memory, the rest in a file read with io_uring. Lookups against a plain gather, writes that move
 rows between the tiers, reopen, a killed writer, old row files, typed errors."""
 import os
-import signal
 import struct
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
 import gphash
-from test_embedding import DTYPES, POOLINGS, bags, from_f32, reference, to_f32, tol
+from test_embedding import DTYPES, POOLINGS, bags, from_f32, reference, run_until_killed, to_f32, tol
 
 
 def make_tiered(pool_name, tier, dim, dtype, n, host_rows, seed=0):
@@ -83,7 +79,7 @@ def test_tiered_store_reopens_reuses_rows_and_exports(pool_name, tmp_path):
 
 def test_tiered_store_survives_a_killed_process(pool_name, tmp_path):
     tier = str(tmp_path / "tier")
-    child = textwrap.dedent(f"""
+    run_until_killed(f"""
         import os, signal, numpy as np, gphash
         s = gphash.EmbeddingStore.create({pool_name!r}, 8, capacity=4000, replace=True, host_rows=500, tier_path={tier!r})
         ids = np.arange(1, 2001, dtype=np.int64)
@@ -94,9 +90,6 @@ def test_tiered_store_survives_a_killed_process(pool_name, tmp_path):
         print("acknowledged", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
-    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=os.environ)
-    assert "acknowledged" in p.stdout, p.stderr
-    assert p.returncode == -signal.SIGKILL
     store = gphash.EmbeddingStore.open(pool_name)
     ids = np.arange(1, 2001, dtype=np.int64)
     want = (ids[:, None] * np.ones((1, 8))).astype(np.float32)
