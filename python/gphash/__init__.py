@@ -208,19 +208,23 @@ class EmbeddingStore:
     @classmethod
     def create(cls, pool, dim, *, dtype="float32", capacity=1 << 20, default_value=0.0,
                engine="cpu", cache_bytes=0, cache_ways=8, aging_interval=64, replace=False, threads=0,
-               host_rows=0, tier_path=None):
-        """host_rows and tier_path: a tier below host memory. The first host_rows rows live in host
-        memory, the other capacity - host_rows in the file tier_path (on a disk), written through
-        and read with io_uring; such a store is looked up with the CPU engine. host_rows=0: every
-        row in host memory."""
+               host_rows=0, tier_path=None, tier_promotion=True):
+        """host_rows and tier_path: a tier below host memory. Every row lives in the file
+        tier_path (on a disk: written through, read with io_uring) and host memory holds copies of
+        host_rows of them: those written while it has room, then, with tier_promotion, the rows
+        lookups read from the tier twice, in place of the copies read least. Such a store is looked
+        up with the CPU engine. host_rows=0: every row in host memory, no tier."""
         dtype = _dtype_name(dtype)
         return cls(_gphash.EmbeddingStore.create(pool, dim, dtype, capacity, default_value, engine,
                                                  cache_bytes, cache_ways, aging_interval, replace, threads,
-                                                 host_rows, "" if tier_path is None else str(tier_path)))
+                                                 host_rows, "" if tier_path is None else str(tier_path),
+                                                 tier_promotion))
 
     @classmethod
-    def open(cls, pool, *, engine="cpu", cache_bytes=0, cache_ways=8, aging_interval=64, threads=0):
-        return cls(_gphash.EmbeddingStore.open(pool, engine, cache_bytes, cache_ways, aging_interval, threads))
+    def open(cls, pool, *, engine="cpu", cache_bytes=0, cache_ways=8, aging_interval=64, threads=0,
+             tier_promotion=True):
+        return cls(_gphash.EmbeddingStore.open(pool, engine, cache_bytes, cache_ways, aging_interval, threads,
+                                               tier_promotion))
 
     def __enter__(self):
         return self

@@ -322,13 +322,15 @@ struct PyStore {
     d["rows_reclaimed"] = st.rows_reclaimed;
     d["host_rows"] = st.host_rows;
     d["tier_reads"] = st.tier_reads;
+    d["tier_promotions"] = st.tier_promotions;
     return d;
   }
 };
 
 emb::StoreOptions store_options(const std::string& engine, uint64_t cache_bytes, uint32_t ways, uint32_t aging,
-                                bool replace, int threads) {
+                                bool replace, int threads, bool tier_promotion) {
   emb::StoreOptions o;
+  o.tier_promotion = tier_promotion;
   if (engine == "cpu") o.engine = gphash::EngineKind::kCpu;
   else if (engine == "gpu") o.engine = gphash::EngineKind::kGpu;
   else bad("engine must be cpu or gpu, not " + engine, "engine");
@@ -464,25 +466,26 @@ NB_MODULE(_gphash, m) {
       .def_static("create",
                   [](const std::string& pool, uint32_t dim, const std::string& dtype, uint64_t capacity, float dflt,
                      const std::string& engine, uint64_t cache_bytes, uint32_t ways, uint32_t aging, bool replace,
-                     int threads, uint64_t host_rows, const std::string& tier_path) {
+                     int threads, uint64_t host_rows, const std::string& tier_path, bool tier_promotion) {
                     emb::StoreConfig c{.dim = dim, .dtype = emb::parse_row_type(dtype), .capacity = capacity,
                                        .default_value = dflt, .host_rows = host_rows, .tier_path = tier_path};
                     auto s = std::make_unique<PyStore>();
-                    s->store.emplace(emb::EmbeddingStore::create(pool, c, store_options(engine, cache_bytes, ways, aging, replace, threads)));
+                    s->store.emplace(emb::EmbeddingStore::create(pool, c, store_options(engine, cache_bytes, ways, aging, replace, threads, tier_promotion)));
                     return s.release();
                   },
                   "pool"_a, "dim"_a, "dtype"_a, "capacity"_a, "default_value"_a, "engine"_a, "cache_bytes"_a,
                   "cache_ways"_a, "aging_interval"_a, "replace"_a, "threads"_a, "host_rows"_a, "tier_path"_a,
-                  nb::rv_policy::take_ownership)
+                  "tier_promotion"_a, nb::rv_policy::take_ownership)
       .def_static("open",
                   [](const std::string& pool, const std::string& engine, uint64_t cache_bytes, uint32_t ways,
-                     uint32_t aging, int threads) {
+                     uint32_t aging, int threads, bool tier_promotion) {
                     auto s = std::make_unique<PyStore>();
-                    s->store.emplace(emb::EmbeddingStore::open(pool, store_options(engine, cache_bytes, ways, aging, false, threads)));
+                    s->store.emplace(emb::EmbeddingStore::open(
+                        pool, store_options(engine, cache_bytes, ways, aging, false, threads, tier_promotion)));
                     return s.release();
                   },
                   "pool"_a, "engine"_a, "cache_bytes"_a, "cache_ways"_a, "aging_interval"_a, "threads"_a,
-                  nb::rv_policy::take_ownership)
+                  "tier_promotion"_a, nb::rv_policy::take_ownership)
       .def("insert_or_assign", &PyStore::insert_or_assign)
       .def("erase", &PyStore::erase)
       .def("find_or_insert", &PyStore::find_or_insert)

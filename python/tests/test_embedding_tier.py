@@ -1,8 +1,13 @@
-"""gphash.EmbeddingStore with a tier below host memory (issue 9, item 5): the first host_rows rows in
-host memory, the rest in a file read with io_uring. Lookups against a plain gather, writes that move
-rows between the tiers, reopen, a killed writer, old row files, typed errors."""
+"""gphash.EmbeddingStore with a tier below host memory (issue 9, item 5): every row in a file read
+with io_uring, copies of host_rows of them in host memory. Lookups against a plain gather, writes,
+copies made by lookups, reopen, killed processes, old row files, typed errors."""
 import os
+import signal
 import struct
+import subprocess
+import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -26,7 +31,7 @@ def make_tiered(pool_name, tier, dim, dtype, n, host_rows, seed=0):
 @pytest.mark.parametrize("pooling", POOLINGS)
 @pytest.mark.parametrize("dim", [3, 64, 300])
 def test_tiered_lookup_matches_a_plain_gather(pool_name, tmp_path, dtype, pooling, dim):
-    # 300 rows, 60 of them in host memory: most lookups read the tier.
+    # 300 rows, copies of 60 in host memory: most lookups read the tier.
     store, ids, table = make_tiered(pool_name, tmp_path / "tier", dim, dtype, 300, host_rows=60)
     rng = np.random.default_rng(dim)
     q, offsets = bags(rng, ids, 40, 12, missing=-5)
@@ -36,7 +41,7 @@ def test_tiered_lookup_matches_a_plain_gather(pool_name, tmp_path, dtype, poolin
     np.testing.assert_allclose(to_f32(out, dtype), reference(table, q, offsets, pooling, dim), rtol=tol(dtype), atol=tol(dtype))
     s = store.stats()
     assert s["host_rows"] == 60 and s["capacity"] == 600
-    tier_ids = {int(i) for i in ids[60:]}  # inserted in order: rows 60.. are the tier's
+    tier_ids = {int(i) for i in ids[60:]}  # inserted in order: the first 60 got the copies
     assert 0 < s["tier_reads"] <= len({int(i) for i in q} & tier_ids)
     store.close()
 
@@ -159,3 +164,91 @@ def test_tier_errors_are_typed(pool_name, tmp_path):
     assert damaged("missing") == ("NotFound", "tier_path")
     assert damaged("truncated") == ("Truncated", "tier_path")
     assert damaged("header") == ("ChecksumMismatch", "tier_checksum")
+
+
+def test_hot_rows_get_a_copy_in_host_memory(pool_name, tmp_path):
+    """Rows that lookups read from the tier again and again get copies in host memory, in place
+    of copies nobody reads: the same lookups then read the tier less, every row stays right,
+    and so after reopening."""
+    store, ids, table = make_tiered(pool_name, tmp_path / "tier", 8, "float32", 2000, host_rows=200)
+    rng = np.random.default_rng(3)
+    hot = rng.choice(ids[200:], 150, replace=False)  # without copies at first
+    q = np.concatenate([hot, rng.choice(ids, 50)])
+    reads = []
+    for _ in range(4):
+        before = store.stats()["tier_reads"]
+        np.testing.assert_array_equal(store.lookup(q, pooling=None), reference(table, q, None, None, 8))
+        reads.append(store.stats()["tier_reads"] - before)
+    s = store.stats()
+    assert s["tier_promotions"] >= 150, s
+    assert reads[0] >= 150 and reads[-1] <= 50, reads
+    store.close()
+    store = gphash.EmbeddingStore.open(pool_name)
+    before = store.stats()["tier_reads"]
+    store.lookup(hot, pooling=None)
+    assert store.stats()["tier_reads"] == before  # the copies are still in host memory
+    out, found = store.lookup(ids, pooling=None, found=True)
+    assert found.all()
+    np.testing.assert_array_equal(out, reference(table, ids, None, None, 8))
+    # Writes to IDs with copies, and erases, keep the copies right.
+    again = np.concatenate([hot[:20], ids[:20]])
+    rows = rng.standard_normal((len(again), 8)).astype(np.float32)
+    store.insert_or_assign(again, rows)
+    for i, r in zip(again, rows):
+        table[int(i)] = r
+    assert store.erase(hot[20:30]) == 10
+    for i in hot[20:30]:
+        del table[int(i)]
+    np.testing.assert_array_equal(store.lookup(ids, pooling=None), reference(table, ids, None, None, 8))
+    store.close()
+    store = gphash.EmbeddingStore.open(pool_name)
+    assert store.stats()["rows_used"] == len(table)
+    np.testing.assert_array_equal(store.lookup(ids, pooling=None), reference(table, ids, None, None, 8))
+    store.close()
+    assert gphash.check_pool(pool_name)["ok"]
+
+
+def test_tier_promotion_can_be_turned_off(pool_name, tmp_path):
+    store = gphash.EmbeddingStore.create(pool_name, 4, capacity=400, replace=True, host_rows=100,
+                                         tier_path=tmp_path / "tier", tier_promotion=False)
+    ids = np.arange(1, 301, dtype=np.int64)
+    store.insert_or_assign(ids, np.tile(ids[:, None].astype(np.float32), (1, 4)))
+    for _ in range(3):
+        store.lookup(ids[150:], pooling=None)
+    s = store.stats()
+    assert s["tier_promotions"] == 0 and s["tier_reads"] == 3 * 150
+    store.close()
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_copies_moving_survive_a_kill(pool_name, tmp_path, seed):
+    """A process looks up skewed IDs in a loop (copies made and dropped all the time) and is
+    killed at a random moment; every ID reopens with its own bytes."""
+    tier = str(tmp_path / "tier")
+    child = textwrap.dedent(f"""
+        import numpy as np, gphash
+        s = gphash.EmbeddingStore.create({pool_name!r}, 8, capacity=2000, replace=True, host_rows=300, tier_path={tier!r})
+        ids = np.arange(1, 2001, dtype=np.int64)
+        s.insert_or_assign(ids, (ids[:, None] * np.ones((1, 8))).astype(np.float32))
+        print("ready", flush=True)
+        rng = np.random.default_rng({seed})
+        for it in range(10**9):  # a hot set that drifts, so that copies keep changing
+            ranks = np.minimum(rng.zipf(1.2, 512), 2000)
+            s.lookup(ids[(2000 - ranks + 37 * it) % 2000], pooling=None)
+            print(s.stats()["tier_promotions"], flush=True)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True, env=os.environ)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.3 + 0.4 * np.random.default_rng(seed).random())
+    p.send_signal(signal.SIGKILL)
+    promotions = [int(line) for line in p.stdout.read().split()]
+    p.wait()
+    assert promotions and promotions[-1] > 300, promotions[-3:]  # copies were made, and dropped
+    store = gphash.EmbeddingStore.open(pool_name)
+    ids = np.arange(1, 2001, dtype=np.int64)
+    out, found = store.lookup(ids, pooling=None, found=True)
+    assert found.all()
+    np.testing.assert_array_equal(out, (ids[:, None] * np.ones((1, 8))).astype(np.float32))
+    assert store.stats()["rows_used"] == 2000
+    store.close()
+    assert gphash.check_pool(pool_name)["ok"]

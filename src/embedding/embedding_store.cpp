@@ -145,9 +145,9 @@ struct EmbeddingStore::Impl {
   Impl(Table t, RowFile r, const StoreOptions& o) : table(std::move(t)), rows(std::move(r)), options(o) {}
   Table table;
   RowFile rows;
-  std::optional<FileTier> tier;  // rows from rows.host_rows() on, when the store has a tier
+  std::optional<FileTier> tier;  // every row of a tiered store (host memory holds copies)
   StoreOptions options;
-  std::vector<uint64_t> free_rows, free_tier_rows;  // reusable rows in host memory and in the tier
+  std::vector<uint64_t> free_rows;  // reusable rows: in the row file, or in the tier if there is one
   StoreStats counts;
   std::unique_ptr<GpuLookup> gpu;
   std::mutex mu;  // writes and host lookups of one store run one at a time
@@ -161,57 +161,170 @@ struct EmbeddingStore::Impl {
     if (closed) throw Error(ErrorCode::kInvalidArgument, "the embedding store is closed", "store");
   }
 
-  bool in_tier(uint64_t row) const { return row >= rows.host_rows(); }
+  // A tiered store (host_rows below capacity) keeps every row in the tier file and copies of the
+  // rows lookups read most in host memory, in host_rows slots. An ID's index value says both:
+  // its tier row in the low kSlotShift bits, and 1 + its slot above them (0: no copy). Without a
+  // tier the value is the row's index in the row file, which the GPU lookup reads directly.
+  static constexpr int kSlotShift = 36;
+  static constexpr uint64_t kRowMask = (uint64_t{1} << kSlotShift) - 1;
+  static constexpr uint64_t kNoSlot = ~uint64_t{0};
+  static constexpr int64_t kNoOwner = -1;         // a reserved ID (check_ids): never stored
+  static constexpr uint8_t kPromoteHeat = 2;      // a row read from the tier by two lookups moves up
+  static constexpr size_t kMaxPromotions = 4096;  // per lookup, to bound its latency
+  std::vector<uint64_t> free_slots;
+  std::vector<int64_t> slot_owner;   // slot -> the ID whose copy it holds (to drop the copy)
+  std::vector<uint64_t> slot_row;    // slot -> the tier row it copies
+  std::vector<uint8_t> slot_heat;    // lookups that read the slot, up to 255; the clock takes one off
+  std::vector<uint8_t> row_heat;     // lookups that read the row from the tier
+  uint64_t clock_hand = 0;
 
-  // Host memory first: a free host row, then a fresh one, then the tier's.
-  uint64_t allocate_row() {
-    auto pop = [](std::vector<uint64_t>& list) {
-      const uint64_t r = list.back();
-      list.pop_back();
-      return r;
-    };
-    RowFileHeader& h = rows.header();
-    if (!free_rows.empty()) return pop(free_rows);
-    if (h.next_row < rows.host_rows() || free_tier_rows.empty()) {
-      if (h.next_row >= h.capacity)
-        throw Error(ErrorCode::kNoSpace,
-                    "the row file is full (" + std::to_string(h.capacity) + " rows): create the store with a larger capacity",
-                    "capacity");
-      // The bump is visible before the row is used, so a crash never hands a row out twice.
-      return h.next_row++;
-    }
-    return pop(free_tier_rows);
+  bool tiered() const { return tier.has_value(); }
+  uint64_t row_of(uint64_t value) const { return tiered() ? value & kRowMask : value; }
+  uint64_t slot_of(uint64_t value) const {
+    if (!tiered()) return value;
+    const uint64_t s = value >> kSlotShift;
+    return s ? s - 1 : kNoSlot;
   }
-  void release_row(uint64_t row) { (in_tier(row) ? free_tier_rows : free_rows).push_back(row); }
+  static uint64_t with_slot(uint64_t row, uint64_t slot) { return slot == kNoSlot ? row : row | (slot + 1) << kSlotShift; }
 
-  // Where each row of `where` (~0: missing) can be read: host rows in place, tier rows read (each
-  // once) into `buffer`, missing ones at `fallback`. Call with `mu` held (the tier's reader is shared).
+  uint64_t allocate_row() {
+    if (!free_rows.empty()) {
+      const uint64_t r = free_rows.back();
+      free_rows.pop_back();
+      return r;
+    }
+    RowFileHeader& h = rows.header();
+    if (h.next_row >= h.capacity)
+      throw Error(ErrorCode::kNoSpace,
+                  "the row file is full (" + std::to_string(h.capacity) + " rows): create the store with a larger capacity",
+                  "capacity");
+    // The bump is visible before the row is used, so a crash never hands a row out twice.
+    return h.next_row++;
+  }
+  // An index value no ID holds any more: its row, and its slot, are free.
+  void release(uint64_t value) {
+    free_rows.push_back(row_of(value));
+    const uint64_t slot = tiered() ? slot_of(value) : kNoSlot;
+    if (slot != kNoSlot) {
+      free_slots.push_back(slot);
+      slot_owner[slot] = kNoOwner;
+    }
+  }
+
+  // Where each value of `where` (~0: missing) can be read: host rows and slots in place, rows
+  // without a copy read from the tier (each once) into `buffer`, missing ones at `fallback`. Call
+  // with `mu` held (the tier's reader is shared).
   std::vector<const std::byte*> row_pointers(const std::vector<uint64_t>& where, const std::byte* fallback,
                                              std::vector<std::byte>& buffer) {
     std::vector<const std::byte*> at(where.size());
     std::vector<uint64_t> from_tier;
     for (size_t i = 0; i < where.size(); ++i) {
       if (where[i] == ~uint64_t{0}) at[i] = fallback;
-      else if (in_tier(where[i])) from_tier.push_back(where[i]);
-      else at[i] = rows.row(where[i]);
+      else if (slot_of(where[i]) == kNoSlot) from_tier.push_back(row_of(where[i]));
+      else at[i] = rows.row(slot_of(where[i]));
     }
     if (from_tier.empty()) return at;
     std::sort(from_tier.begin(), from_tier.end());  // file order, and each row once
     from_tier.erase(std::unique(from_tier.begin(), from_tier.end()), from_tier.end());
-    std::vector<uint64_t> offsets(from_tier.size());
-    for (size_t k = 0; k < from_tier.size(); ++k) offsets[k] = from_tier[k] - rows.host_rows();
     const uint32_t rb = row_bytes();
     buffer.resize(from_tier.size() * rb);
-    tier->read_rows(offsets.data(), offsets.size(), buffer.data());
+    tier->read_rows(from_tier.data(), from_tier.size(), buffer.data());
     counts.tier_reads += from_tier.size();
     for (size_t i = 0; i < where.size(); ++i)
-      if (where[i] != ~uint64_t{0} && in_tier(where[i]))
+      if (where[i] != ~uint64_t{0} && slot_of(where[i]) == kNoSlot)
         at[i] = buffer.data() +
-                static_cast<size_t>(std::lower_bound(from_tier.begin(), from_tier.end(), where[i]) - from_tier.begin()) * rb;
+                static_cast<size_t>(std::lower_bound(from_tier.begin(), from_tier.end(), row_of(where[i])) - from_tier.begin()) * rb;
     return at;
   }
 
-  // Searches `n` ids; row index per id, ~0 when missing.
+  // After a lookup of `where` (under `mu`; `at` as row_pointers gave it, still valid): counts
+  // what it read, and copies the tier's rows read by kPromoteHeat lookups into host memory, in
+  // free slots or in place of the coldest copies (a clock over the slots' counts). Dropping a copy
+  // is only repointing its ID to its tier row, which holds the same bytes; the order (drop the
+  // old copies, write the new ones, then point the IDs at them) leaves every ID on whole bytes if
+  // the process dies between any two steps.
+  void promote_hot_rows(const std::vector<uint64_t>& where, const std::vector<const std::byte*>& at,
+                        const int64_t* ids) {
+    if (!tiered()) return;
+    struct Hot {
+      uint64_t row;
+      size_t i;  // a position of the lookup that read it
+    };
+    std::vector<Hot> hot;
+    for (size_t i = 0; i < where.size(); ++i) {
+      if (where[i] == ~uint64_t{0}) continue;
+      const uint64_t slot = slot_of(where[i]), row = row_of(where[i]);
+      if (slot != kNoSlot) {
+        if (slot_heat[slot] < 255) ++slot_heat[slot];
+      } else {
+        if (row_heat[row] < 255) ++row_heat[row];
+        if (row_heat[row] >= kPromoteHeat) hot.push_back({row, i});
+      }
+    }
+    std::sort(hot.begin(), hot.end(), [](const Hot& a, const Hot& b) { return a.row < b.row; });
+    hot.erase(std::unique(hot.begin(), hot.end(), [](const Hot& a, const Hot& b) { return a.row == b.row; }), hot.end());
+    if (hot.size() > kMaxPromotions) hot.resize(kMaxPromotions);
+    const uint64_t slots = rows.host_rows();
+    std::vector<int64_t> dropped_ids, hot_ids;
+    std::vector<uint64_t> dropped_values, hot_values;
+    std::vector<std::pair<uint64_t, size_t>> copies;  // slot, lookup position of its bytes
+    uint64_t steps = 64 * hot.size() + 1024;         // the clock's budget for this lookup
+    for (const Hot& h : hot) {
+      uint64_t slot = kNoSlot;
+      if (!free_slots.empty()) {
+        slot = free_slots.back();
+        free_slots.pop_back();
+      } else {
+        while (steps > 0 && slot == kNoSlot) {
+          --steps;
+          const uint64_t s = clock_hand;
+          clock_hand = clock_hand + 1 < slots ? clock_hand + 1 : 0;
+          if (slot_owner[s] == kNoOwner) continue;  // taken by this lookup already
+          if (slot_heat[s] == 0) {
+            slot = s;
+            dropped_ids.push_back(slot_owner[s]);
+            dropped_values.push_back(slot_row[s]);
+          } else {
+            --slot_heat[s];
+          }
+        }
+        if (slot == kNoSlot) break;  // the copies in host memory are all warmer
+      }
+      slot_owner[slot] = kNoOwner;
+      copies.emplace_back(slot, h.i);
+      hot_ids.push_back(ids[h.i]);
+      hot_values.push_back(with_slot(h.row, slot));
+    }
+    if (copies.empty()) return;
+    if (!dropped_ids.empty()) repoint(dropped_ids, dropped_values);
+    const uint32_t rb = row_bytes();
+    for (const auto& [slot, i] : copies) {
+      std::memcpy(rows.row(slot), at[i], rb);
+      std::memset(rows.row(slot) + rb, 0, rows.header().stride - rb);
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    rows.persist();
+    repoint(hot_ids, hot_values);
+    for (size_t k = 0; k < copies.size(); ++k) {
+      const uint64_t slot = copies[k].first;
+      slot_owner[slot] = hot_ids[k];
+      slot_row[slot] = row_of(hot_values[k]);
+      slot_heat[slot] = kPromoteHeat;
+      row_heat[slot_row[slot]] = 0;
+    }
+    counts.tier_promotions += copies.size();
+  }
+  // Points each ID at a new index value (the Table's upsert: the commit of a move).
+  void repoint(const std::vector<int64_t>& ids, const std::vector<uint64_t>& values) {
+    std::vector<OpStatus> status(ids.size());
+    table.execute({.size = ids.size(), .key_width = 8, .value_width = 8, .op = Op::kUpsert, .keys = ids.data(),
+                   .values = values.data(), .status = status.data()});
+    for (size_t k = 0; k < ids.size(); ++k)
+      if (status[k] != OpStatus::kOk)
+        throw Error(ErrorCode::kNoSpace, "the index refused to move id " + std::to_string(ids[k]) + ": " + to_string(status[k]), "ids");
+  }
+
+  // Searches `n` ids; index value per id, ~0 when missing.
   std::vector<uint64_t> find_rows(const int64_t* ids, size_t n) {
     std::vector<uint64_t> where(n, ~uint64_t{0});
     std::vector<OpStatus> status(n);
@@ -227,31 +340,43 @@ struct EmbeddingStore::Impl {
     for (uint32_t j = 0; j < dim(); ++j) store(dtype(), out, j, rows.header().default_value);
   }
 
-  // Rebuilds the free list: rows below next_row that no ID points to (a crash between writing a
-  // row and publishing its ID, or between repointing an ID and freeing its old row).
+  // Rebuilds the free lists from the index: rows below next_row (and slots) that no ID points to
+  // (a crash between writing a row and publishing its ID, or between repointing an ID and freeing
+  // its old row), and a tiered store's slot owners.
   void rebuild_free_list() {
-    const uint64_t used = rows.header().next_row;
+    const uint64_t used = rows.header().next_row, slots = tiered() ? rows.host_rows() : 0;
     std::vector<uint8_t> referenced(used, 0);
+    if (tiered()) {
+      slot_owner.assign(slots, kNoOwner);
+      slot_row.assign(slots, 0);
+      slot_heat.assign(slots, 0);
+      row_heat.assign(rows.header().capacity, 0);
+    }
     ExportCursor cursor;
     std::vector<int64_t> keys(1 << 16);
     std::vector<uint64_t> where(1 << 16);
     while (!cursor.done()) {
       const size_t got = table.export_items(cursor, keys.data(), where.data(), keys.size());
-      for (size_t i = 0; i < got; ++i)
-        if (where[i] < used) referenced[where[i]] = 1;
+      for (size_t i = 0; i < got; ++i) {
+        if (row_of(where[i]) < used) referenced[row_of(where[i])] = 1;
+        const uint64_t slot = tiered() ? slot_of(where[i]) : kNoSlot;
+        if (slot < slots) slot_owner[slot] = keys[i], slot_row[slot] = row_of(where[i]);
+      }
     }
     free_rows.clear();
-    free_tier_rows.clear();
     for (uint64_t r = used; r-- > 0;)
-      if (!referenced[r]) release_row(r);
-    counts.rows_reclaimed = free_rows.size() + free_tier_rows.size();
+      if (!referenced[r]) free_rows.push_back(r);
+    counts.rows_reclaimed = free_rows.size();
+    free_slots.clear();
+    for (uint64_t s = slots; s-- > 0;)
+      if (slot_owner[s] == kNoOwner) free_slots.push_back(s);
   }
 
   void open_tier(bool create) {
     if (!rows.has_tier()) return;
-    const uint64_t tier_rows = rows.header().capacity - rows.host_rows();
-    tier.emplace(create ? FileTier::create(rows.tier_path(), row_bytes(), tier_rows)
-                        : FileTier::open(rows.tier_path(), row_bytes(), tier_rows));
+    const uint64_t capacity = rows.header().capacity;
+    tier.emplace(create ? FileTier::create(rows.tier_path(), row_bytes(), capacity)
+                        : FileTier::open(rows.tier_path(), row_bytes(), capacity));
   }
 
   void start_gpu() {
@@ -307,6 +432,9 @@ EmbeddingStore EmbeddingStore::create(const std::string& pool, const StoreConfig
                 tiered ? "rows beyond host_rows need a tier file: give tier_path"
                        : "tier_path needs host_rows below capacity (the rows the tier holds)",
                 "tier_path");
+  if (tiered && (c.host_rows >= (uint64_t{1} << 27) || c.capacity > Impl::kRowMask))
+    throw Error(ErrorCode::kInvalidArgument, "a store with a tier holds at most 2^36 rows, below 2^27 of them in host memory",
+                "host_rows");
   if (tiered && o.engine == EngineKind::kGpu)
     throw Error(ErrorCode::kInvalidArgument,
                 "a store with a file tier is looked up by the CPU engine: create it with engine cpu", "engine");
@@ -321,6 +449,7 @@ EmbeddingStore EmbeddingStore::create(const std::string& pool, const StoreConfig
                                                      host_rows, tier_path, c.default_value, true),
                                      o);
   impl->open_tier(true);
+  impl->rebuild_free_list();
   impl->start_gpu();
   return EmbeddingStore(std::move(impl));
 }
@@ -349,7 +478,7 @@ StoreStats EmbeddingStore::stats() const {
   StoreStats s = impl_->counts;
   s.items = impl_->table.size();
   s.capacity = impl_->rows.header().capacity;
-  s.rows_used = impl_->rows.header().next_row - impl_->free_rows.size() - impl_->free_tier_rows.size();
+  s.rows_used = impl_->rows.header().next_row - impl_->free_rows.size();
   s.host_rows = impl_->rows.host_rows();
   if (impl_->gpu) {
     const GpuCounters g = impl_->gpu->counters();
@@ -378,27 +507,38 @@ void EmbeddingStore::insert_or_assign(const int64_t* ids, size_t n, const void* 
   for (size_t i = 0; i < n; ++i)
     if (last[ids[i]] == i) keys.push_back(ids[i]), from.push_back(i);
   const std::vector<uint64_t> old = m.find_rows(keys.data(), keys.size());
-  std::vector<uint64_t> fresh(keys.size());
+  std::vector<uint64_t> fresh(keys.size());  // index values: rows (and slots) of the new bytes
   const uint32_t rb = m.row_bytes();
   size_t allocated = 0;
   try {
-    std::vector<uint64_t> tier_rows;  // rows for the tier file, relative to it, and their data
-    std::vector<std::byte> tier_data;
+    // A tiered store: every row goes to the tier file, and a copy to a free slot while there is one.
+    std::vector<uint64_t> tier_rows;
     for (size_t k = 0; k < keys.size(); ++k, ++allocated) {
-      fresh[k] = m.allocate_row();
+      const uint64_t row = m.allocate_row();
       const std::byte* src = static_cast<const std::byte*>(rows_in) + from[k] * rb;
-      if (m.in_tier(fresh[k])) {
-        tier_rows.push_back(fresh[k] - m.rows.host_rows());
-        tier_data.insert(tier_data.end(), src, src + rb);
-        continue;
+      uint64_t slot = row;
+      if (m.tiered()) {
+        tier_rows.push_back(row);
+        slot = Impl::kNoSlot;
+        if (!m.free_slots.empty()) {
+          slot = m.free_slots.back();
+          m.free_slots.pop_back();
+        }
       }
-      std::byte* dst = m.rows.row(fresh[k]);
+      fresh[k] = m.tiered() ? Impl::with_slot(row, slot) : row;
+      if (slot == Impl::kNoSlot) continue;
+      std::byte* dst = m.rows.row(slot);
       std::memcpy(dst, src, rb);
       std::memset(dst + rb, 0, m.rows.header().stride - rb);
     }
-    if (!tier_rows.empty()) m.tier->write_rows(tier_rows.data(), tier_rows.size(), tier_data.data());  // fsyncs
+    if (!tier_rows.empty()) {
+      std::vector<std::byte> data(tier_rows.size() * rb);
+      for (size_t k = 0; k < keys.size(); ++k)
+        std::memcpy(data.data() + k * rb, static_cast<const std::byte*>(rows_in) + from[k] * rb, rb);
+      m.tier->write_rows(tier_rows.data(), tier_rows.size(), data.data());  // fsyncs
+    }
   } catch (...) {
-    for (size_t k = 0; k < allocated; ++k) m.release_row(fresh[k]);
+    for (size_t k = 0; k < allocated; ++k) m.release(fresh[k]);
     throw;
   }
   // Rows first, then the index entries that point to them (DESIGN.md section 3: the Table's
@@ -418,10 +558,16 @@ void EmbeddingStore::insert_or_assign(const int64_t* ids, size_t n, const void* 
   }
   for (size_t k = 0; k < keys.size(); ++k) {
     if (status[k] != OpStatus::kOk) {
-      m.release_row(fresh[k]);
+      m.release(fresh[k]);
       throw Error(ErrorCode::kNoSpace, std::string("the index refused id ") + std::to_string(keys[k]) + ": " + to_string(status[k]), "ids");
     }
-    if (old[k] != ~uint64_t{0}) m.release_row(old[k]);
+    if (old[k] != ~uint64_t{0}) m.release(old[k]);
+    if (m.tiered() && m.slot_of(fresh[k]) != Impl::kNoSlot) {
+      const uint64_t slot = m.slot_of(fresh[k]);
+      m.slot_owner[slot] = keys[k];
+      m.slot_row[slot] = m.row_of(fresh[k]);
+      m.slot_heat[slot] = 0;
+    }
   }
 }
 
@@ -442,7 +588,7 @@ size_t EmbeddingStore::erase(const int64_t* ids, size_t n) {
   for (size_t k = 0; k < keys.size(); ++k)
     if (status[k] == OpStatus::kOk) {
       ++erased;
-      if (old[k] != ~uint64_t{0}) m.release_row(old[k]);
+      if (old[k] != ~uint64_t{0}) m.release(old[k]);
     }
   if (m.gpu) m.gpu->index_changed(keys.data(), nullptr, keys.size());
   return erased;
@@ -516,13 +662,12 @@ void EmbeddingStore::lookup_host(const int64_t* ids, size_t n, const int64_t* of
   const uint32_t d = m.dim(), rb = m.row_bytes();
   std::vector<std::byte> fallback(rb), from_tier;
   m.default_row(fallback.data());
-  std::vector<uint64_t> where;
-  std::vector<const std::byte*> at;
-  {
-    std::lock_guard lock(m.mu);
-    where = m.find_rows(ids, n);
-    at = m.row_pointers(where, fallback.data(), from_tier);
-  }
+  std::unique_lock lock(m.mu);
+  const std::vector<uint64_t> where = m.find_rows(ids, n);
+  const std::vector<const std::byte*> at = m.row_pointers(where, fallback.data(), from_tier);
+  // Host rows are read without the lock; a tiered store's lookup keeps it, since its copies in
+  // host memory change (promote_hot_rows, below).
+  if (!m.tiered()) lock.unlock();
   auto row_of = [&](size_t i) { return at[i]; };
   size_t missing = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -543,7 +688,16 @@ void EmbeddingStore::lookup_host(const int64_t* ids, size_t n, const int64_t* of
       for (uint32_t j = 0; j < d; ++j) store(t, dst + b * rb, j, acc[j] * scale);
     }
   }
-  std::lock_guard lock(m.mu);
+  if (!lock.owns_lock()) lock.lock();
+  if (m.options.tier_promotion) {
+    try {
+      m.promote_hot_rows(where, at, ids);
+    } catch (const Error&) {
+      // The lookup's rows are right and every ID still points to whole bytes: promotion stops
+      // for this store (what failed would fail again); slots it had taken are free at open.
+      m.options.tier_promotion = false;
+    }
+  }
   m.counts.lookups++;
   m.counts.ids_looked_up += n;
   m.counts.missing_ids += missing;

@@ -47,8 +47,10 @@ struct StoreConfig {
   uint64_t capacity = 1 << 20;       // rows the store holds (fixed at creation)
   float default_value = 0;           // every element of the row a missing ID gets
   // A tier below host memory (GDRec's NVMe tier; file_tier.h says why a file read by the CPU):
-  // the first `host_rows` rows live in host memory, the rest in the file at `tier_path`, written
-  // through (fsync) and read with io_uring. 0: every row in host memory, no tier.
+  // every row lives in the file at `tier_path` (written through, fsync'd; read with io_uring),
+  // and host memory holds copies of `host_rows` of them: the rows written while it has room,
+  // then those lookups read most (StoreOptions::tier_promotion). 0: every row in host memory
+  // only, no tier. host_rows below 2^27 with a tier.
   uint64_t host_rows = 0;
   std::string tier_path;
 };
@@ -60,6 +62,9 @@ struct StoreOptions {
   uint32_t aging_interval = 64;          // lookups between halvings of the cache's frequency counts
   bool replace = false;                  // create: replace an existing store at the path
   int threads = 0;                       // CPU engine threads
+  // A store with a file tier: rows that lookups read from the tier twice get a copy in host
+  // memory, in place of the copies read least (a clock over their lookup counts).
+  bool tier_promotion = true;
 };
 
 // How a missing ID is filled by find_or_insert.
@@ -75,6 +80,7 @@ struct StoreStats {
   uint64_t rows_reclaimed = 0;  // unreferenced rows found at open (a crash between row and index)
   uint64_t host_rows = 0;       // rows in host memory; capacity - host_rows are in the tier file
   uint64_t tier_reads = 0;      // rows read from the tier file (a row looked up twice in one call: once)
+  uint64_t tier_promotions = 0; // rows copied from the tier into host memory by lookups
 };
 
 class RowFile;

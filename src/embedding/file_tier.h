@@ -8,8 +8,7 @@
 // store's Table maps IDs to); each occupies `stride` bytes, a multiple of 512, so every read is
 // sector-aligned. Without liburing at build time, or where the kernel refuses io_uring, reads
 // fall back to pread (uses_io_uring() says which ran). An EmbeddingStore created with host_rows
-// below its capacity keeps its other rows in one (StoreConfig::tier_path; row index - host_rows
-// here).
+// below its capacity keeps every row in one (StoreConfig::tier_path), copies of some in host memory.
 #pragma once
 
 #include <cstddef>

@@ -3,8 +3,9 @@
 //
 // Layout: a 4096-byte header (RowFileHeader), then `host_rows` rows of `stride` bytes each, so
 // every row starts 32-byte aligned and never straddles more 128-byte segments than its size needs.
-// Rows host_rows .. capacity - 1, when there are any, live in a tier file (FileTier) on a file
-// system below host memory: the store's substitute for GDRec's NVMe tier.
+// A store with a tier (host_rows below capacity) keeps all its rows in a tier file (FileTier) on a
+// file system below host memory, the store's substitute for GDRec's NVMe tier, and this file's
+// rows are slots holding copies of some of them (embedding_store.cpp, Impl).
 #pragma once
 
 #include <cstddef>
@@ -25,7 +26,7 @@ struct RowFileHeader {
   uint64_t checksum;      // of the fields above
   uint64_t next_row;      // rows ever handed out (bump allocator; reused rows come from the free list)
   // Version 2:
-  uint64_t host_rows;       // rows held in this file (the first ones); the rest are in the tier file
+  uint64_t host_rows;       // rows in this file (with a tier: slots for copies of tier rows)
   char tier_path[512];      // the tier file, "" when host_rows == capacity
   uint64_t tier_checksum;   // of host_rows and tier_path
 };
@@ -41,7 +42,7 @@ static_assert(offsetof(RowFileHeader, tier_checksum) == 576 && sizeof(RowFileHea
 class RowFile {
  public:
   RowFile() = default;
-  // host_rows: rows in this file (the others go to the tier file at tier_path); capacity = all.
+  // host_rows: rows in this file; below capacity, the store's rows are in the tier file at tier_path.
   static RowFile create(const std::string& pool, uint32_t dtype, uint32_t dim, uint32_t stride, uint64_t capacity,
                         uint64_t host_rows, const std::string& tier_path, float default_value, bool replace);
   static RowFile open(const std::string& pool);
