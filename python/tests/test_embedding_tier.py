@@ -16,6 +16,17 @@ import gphash
 from test_embedding import DTYPES, POOLINGS, bags, from_f32, reference, run_until_killed, to_f32, tol
 
 
+def assign_and_erase(store, table, assign, erase, rng):
+    """Writes new rows to `assign` and erases `erase`, in the store and in the reference dict."""
+    rows = rng.standard_normal((len(assign), store.dim)).astype(np.float32)
+    store.insert_or_assign(assign, rows)
+    for i, r in zip(assign, rows):
+        table[int(i)] = r
+    assert store.erase(erase) == len(erase)
+    for i in erase:
+        del table[int(i)]
+
+
 def make_tiered(pool_name, tier, dim, dtype, n, host_rows, seed=0):
     store = gphash.EmbeddingStore.create(pool_name, dim, dtype=dtype, capacity=2 * n, replace=True,
                                          host_rows=host_rows, tier_path=tier)
@@ -50,15 +61,8 @@ def test_tiered_store_reopens_reuses_rows_and_exports(pool_name, tmp_path):
     tier = tmp_path / "tier"
     store, ids, table = make_tiered(pool_name, tier, 16, "float32", 200, host_rows=50)
     rng = np.random.default_rng(7)
-    # Reassign rows of both tiers (out of place: the old rows become free) and erase some.
-    again = np.concatenate([ids[:10], ids[150:170]])
-    rows = rng.standard_normal((len(again), 16)).astype(np.float32)
-    store.insert_or_assign(again, rows)
-    for i, r in zip(again, rows):
-        table[int(i)] = r
-    assert store.erase(ids[100:120]) == 20
-    for i in ids[100:120]:
-        del table[int(i)]
+    # Reassign rows with and without copies (out of place: the old rows become free), erase some.
+    assign_and_erase(store, table, np.concatenate([ids[:10], ids[150:170]]), ids[100:120], rng)
     store.close()
 
     store = gphash.EmbeddingStore.open(pool_name)
@@ -191,14 +195,7 @@ def test_hot_rows_get_a_copy_in_host_memory(pool_name, tmp_path):
     assert found.all()
     np.testing.assert_array_equal(out, reference(table, ids, None, None, 8))
     # Writes to IDs with copies, and erases, keep the copies right.
-    again = np.concatenate([hot[:20], ids[:20]])
-    rows = rng.standard_normal((len(again), 8)).astype(np.float32)
-    store.insert_or_assign(again, rows)
-    for i, r in zip(again, rows):
-        table[int(i)] = r
-    assert store.erase(hot[20:30]) == 10
-    for i in hot[20:30]:
-        del table[int(i)]
+    assign_and_erase(store, table, np.concatenate([hot[:20], ids[:20]]), hot[20:30], rng)
     np.testing.assert_array_equal(store.lookup(ids, pooling=None), reference(table, ids, None, None, 8))
     store.close()
     store = gphash.EmbeddingStore.open(pool_name)
