@@ -208,8 +208,8 @@ def main():
         tier_report["read_and_copy_to_gpu_Mrows_per_s"] = round(len(want) / (time.perf_counter() - t) / 1e6, 3)
         tier.close()
         del on_gpu
-        # A store with 90% of its rows in a tier file, looked up by the CPU engine (the GPU lookup
-        # does not read a tier yet), against the same rows all in host memory.
+        # A store whose rows are in a tier file with copies of 10% in host memory, looked up by the
+        # CPU engine (the GPU lookup does not read a tier yet), against the same rows all in host memory.
         for name, kw in (("host_memory", {}), ("tiered", {"host_rows": tier_rows // 10, "tier_path": tier_path})):
             pool = f"gphash-tier-bench-{os.getpid()}"
             store = gphash.EmbeddingStore.create(pool, tier_dim, capacity=tier_rows, replace=True, **kw)
