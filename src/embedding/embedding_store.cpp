@@ -429,8 +429,8 @@ EmbeddingStore EmbeddingStore::create(const std::string& pool, const StoreConfig
   const bool tiered = c.host_rows != 0 && c.host_rows < c.capacity;
   if (tiered == c.tier_path.empty())
     throw Error(ErrorCode::kInvalidArgument,
-                tiered ? "rows beyond host_rows need a tier file: give tier_path"
-                       : "tier_path needs host_rows below capacity (the rows the tier holds)",
+                tiered ? "host_rows below capacity needs a tier file (every row lives there): give tier_path"
+                       : "tier_path needs host_rows below capacity",
                 "tier_path");
   if (tiered && (c.host_rows >= (uint64_t{1} << 27) || c.capacity > Impl::kRowMask))
     throw Error(ErrorCode::kInvalidArgument, "a store with a tier holds at most 2^36 rows, below 2^27 of them in host memory",

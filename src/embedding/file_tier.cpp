@@ -52,7 +52,7 @@ FileTier FileTier::start(const std::string& path, uint32_t row_bytes, uint64_t c
   t.direct_ = fd >= 0;
   if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), flags, 0600);  // tmpfs: no O_DIRECT
   if (fd < 0 && !create && errno == ENOENT)
-    throw Error(ErrorCode::kNotFound, "no tier file at " + path + " (the store's rows beyond host memory)", "tier_path");
+    throw Error(ErrorCode::kNotFound, "no tier file at " + path + " (where the store's rows live)", "tier_path");
   if (fd < 0) io_error(create ? "cannot create tier file" : "cannot open tier file", path);
   t.fd_ = fd;
   const uint64_t bytes = capacity * t.stride_;

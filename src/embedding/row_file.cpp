@@ -51,12 +51,12 @@ RowFile RowFile::create(const std::string& pool, uint32_t dtype, uint32_t dim, u
                         uint64_t host_rows, const std::string& tier_path, float default_value, bool replace) {
   if (capacity == 0 || capacity > (uint64_t{1} << 40) / stride)
     throw Error(ErrorCode::kInvalidArgument, "row capacity must be 1 .. 2^40 bytes of rows", "capacity");
-  if (host_rows > capacity)
-    throw Error(ErrorCode::kInvalidArgument, "host_rows must be at most capacity", "host_rows");
+  if (host_rows == 0 || host_rows > capacity)
+    throw Error(ErrorCode::kInvalidArgument, "host_rows must be 1 .. capacity", "host_rows");
   if ((host_rows < capacity) != !tier_path.empty())
     throw Error(ErrorCode::kInvalidArgument,
-                host_rows < capacity ? "rows beyond host_rows need a tier file: give tier_path"
-                                     : "tier_path needs host_rows below capacity (the rows the tier holds)",
+                host_rows < capacity ? "host_rows below capacity needs a tier file: give tier_path"
+                                     : "tier_path needs host_rows below capacity",
                 "tier_path");
   if (tier_path.size() >= kTierPathBytes)
     throw Error(ErrorCode::kInvalidArgument, "tier_path is longer than 511 bytes", "tier_path");
@@ -136,7 +136,7 @@ RowFile RowFile::open(const std::string& pool) {
   }
   if (h.version == 1) {
     h.host_rows = h.capacity;  // every row in this file
-  } else if (h.tier_checksum != tier_checksum(h) || h.host_rows > h.capacity ||
+  } else if (h.tier_checksum != tier_checksum(h) || h.host_rows == 0 || h.host_rows > h.capacity ||
              std::memchr(h.tier_path, 0, kTierPathBytes) == nullptr) {
     ::close(fd);
     throw Error(ErrorCode::kChecksumMismatch, "row file header of " + f.path_ + ": its tier fields fail their checksum",
