@@ -664,7 +664,12 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
     say(fmt::format("gpu-batches ({}): {:<16} {:>7.2f} M/s{}; not found {}, bad values {}, failed writes {}, absent "
                     "found {}",
                     name, r.workload, r.ops_per_second() / 1e6,
-                    cpu_assisted ? fmt::format(" (index alone {:.2f} M/s)", r.operations / executor.index_seconds / 1e6) : "",
+                    cpu_assisted ? fmt::format(" (index alone {:.2f} M/s)", r.operations / executor.index_seconds / 1e6)
+                                 : fmt::format(" (device {:.2f} M/s: plan {:.3f} s, kernel {:.3f}, slow {:.3f} of which "
+                                               "resizes {:.3f} ({}), heap {:.3f} ({}); {} displacements)",
+                                               r.device_ops_per_second() / 1e6, r.plan_seconds, r.kernel_seconds,
+                                               r.slow_seconds, r.resize_seconds, r.resizes, r.heap_grow_seconds,
+                                               r.heap_grows, r.displacements),
                     r.not_found, r.bad_values, r.failed_writes, r.found_absent));
     json row = {{"workload", r.workload},
                 {"distribution", r.distribution},
@@ -695,6 +700,8 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                   {"slow_seconds", r.slow_seconds},
                   {"seconds", r.seconds},
                   {"heap_grows", r.heap_grows},
+                  {"resize_seconds", r.resize_seconds},
+                  {"heap_grow_seconds", r.heap_grow_seconds},
                   {"displacements", r.displacements}});
     rows.push_back(row);
   }

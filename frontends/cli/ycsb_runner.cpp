@@ -110,6 +110,8 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
   r.load_factor_after = info.load_factor;
   r.resizes = info.resizes - before.resizes;
   r.heap_grows = info.heap_grows - before.heap_grows;
+  r.resize_seconds = info.resize_seconds - before.resize_seconds;
+  r.heap_grow_seconds = info.heap_grow_seconds - before.heap_grow_seconds;
   r.displacements = info.displacements - before.displacements;
   if (info.cache_gpu_bytes) {
     const uint64_t lookups = info.cache_lookups - before.cache_lookups;

@@ -49,6 +49,7 @@ struct TableInfo {
   uint64_t displacements = 0;
   uint64_t heap_grows = 0;
   double last_resize_seconds = 0;
+  double resize_seconds = 0, heap_grow_seconds = 0;  // all resizes and heap growth since open
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch
   // GPU engine, by stage: plan (hash, repeated-key check, sort), the parallel kernel, the exclusive
   // slow path. A host batch of up to 64 KiB (staged through pinned memory) is timed on the host,

@@ -22,6 +22,7 @@ struct EngineStats {
   bool recovered = false;      // the pool was not shut down cleanly and recovery ran at open
   double open_seconds = 0;     // time to open (recovery included)
   double last_resize_seconds = 0;
+  double resize_seconds = 0, heap_grow_seconds = 0;  // all resizes and heap growth of this session
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch (events)
   // GPU engine: the last batch's device time by stage (plan = hash + sort; kernel = the parallel
   // pass; slow = displacement, resize and heap growth), and the open's mapping time.

@@ -300,14 +300,16 @@ class CpuEngine final : public Engine {
         }
         try {
           if (exhausted.heap) throw Error(ErrorCode::kNoSpace, "the heap could not grow earlier in this batch");
+          const auto t0 = std::chrono::steady_clock::now();
           meta_.grow_heap();
+          cells_.grow(meta_.heap_cells());
+          stats_.heap_grow_seconds += seconds_since(t0);
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kNoSpace) throw;
           exhausted.heap = true;
           status = OpStatus::kHeapFull;
           return;
         }
-        cells_.grow(meta_.heap_cells());
         table_.refresh();
         ++stats_.heap_grows;
         continue;
@@ -349,6 +351,7 @@ class CpuEngine final : public Engine {
     table_.refresh();
     ++stats_.resizes;
     stats_.last_resize_seconds = seconds_since(t0);
+    stats_.resize_seconds += stats_.last_resize_seconds;
   }
 
   void recover() { finish_interrupted_steps(meta_, table_, threads_); }
