@@ -1107,6 +1107,16 @@ class GpuEngine final : public Engine {
         else
           flags.table_exhausted = true;
       }
+      // Runs that waited for the cells just provided rerun in parallel first, so the one warp below
+      // takes only what still needs a slot. It used to take them all: a 2^20 LOAD batch that ran out
+      // of heap cells beside a few full candidate sets spent 2.4 s in the one warp (H200, 32-byte
+      // values, gpu_bench --sections gpu-batches from a small table).
+      if (displace && need_cell && grew) {
+        rerun_pending(bv, current, count, count, flags, stream);
+        need_slot = host_counters_.get()->pending_slot;
+        need_cell = host_counters_.get()->pending_cell;
+        continue;
+      }
       // In GPU memory (no maintenance record: a crash loses the table anyway) runs that only need
       // slots first displace in parallel, a warp per run (WarpOps::displace); runs of several keys
       // and what still finds no slot then go to the one warp. At load 0.9 the one warp alone took
@@ -1250,6 +1260,7 @@ class GpuEngine final : public Engine {
     if (!mirror) rebuild_mirror_and_counts(/*count=*/false);
     ++stats_.resizes;
     stats_.last_resize_seconds = seconds_since(t0);
+    stats_.resize_seconds += stats_.last_resize_seconds;
   }
 
   // Resize step 2 on the pool (also resumes an interrupted one), then the header's last step.
@@ -1299,6 +1310,7 @@ class GpuEngine final : public Engine {
 
   void grow_heap() {
     if (heap_chunks_ >= format::kMaxHeapChunks) throw Error(ErrorCode::kNoSpace, "the value heap has its maximum size");
+    const auto t0 = std::chrono::steady_clock::now();
     const uint64_t cells = dt_.heap.geometry.chunk_cells(heap_chunks_);
     if (gpu_memory_) {
       device_chunks_[heap_chunks_].resize(cells * dt_.heap.cell_size);  // kNoSpace when GPU memory is full
@@ -1312,6 +1324,7 @@ class GpuEngine final : public Engine {
     ++heap_chunks_;
     dt_.heap.capacity += cells;
     ++stats_.heap_grows;
+    stats_.heap_grow_seconds += seconds_since(t0);
   }
 
   void ensure_free_stack(uint64_t capacity, cudaStream_t stream) {
