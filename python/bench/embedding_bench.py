@@ -208,24 +208,47 @@ def main():
         tier_report["read_and_copy_to_gpu_Mrows_per_s"] = round(len(want) / (time.perf_counter() - t) / 1e6, 3)
         tier.close()
         del on_gpu
-        # A store whose rows are in a tier file with copies of 10% in host memory, looked up by the
-        # CPU engine (the GPU lookup does not read a tier yet), against the same rows all in host memory.
+        # A store whose rows are in a tier file with copies of 10% in host memory, against the same
+        # rows all in host memory, looked up by the CPU and by the GPU (which reads rows without a
+        # copy through the host between its two launches): 64 K uniform IDs once (nearly every row
+        # from the tier), then 20 lookups of 64 K Zipf(1.1) IDs, where copies of hot rows are made.
+        rows = np.random.default_rng(3).standard_normal((tier_rows, tier_dim)).astype(np.float32)
+        ids = np.arange(1, tier_rows + 1, dtype=np.int64)
+        uniform = np.random.default_rng(9).integers(1, tier_rows + 1, 65536).astype(np.int64)
+        zrng = np.random.default_rng(10)
+        skewed = [(np.minimum(zrng.zipf(1.1, 65536), tier_rows) - 1) * 7919 % tier_rows + 1 for _ in range(20)]
         for name, kw in (("host_memory", {}), ("tiered", {"host_rows": tier_rows // 10, "tier_path": tier_path})):
-            pool = f"gphash-tier-bench-{os.getpid()}"
-            store = gphash.EmbeddingStore.create(pool, tier_dim, capacity=tier_rows, replace=True, **kw)
-            ids = np.arange(1, tier_rows + 1, dtype=np.int64)
-            rows = np.random.default_rng(3).standard_normal((tier_rows, tier_dim)).astype(np.float32)
-            store.insert_or_assign(ids, rows)
-            q = np.random.default_rng(9).integers(1, tier_rows + 1, 65536).astype(np.int64)
-            t = time.perf_counter()
-            got = store.lookup(q, pooling=None)
-            secs = time.perf_counter() - t
-            assert np.array_equal(got, rows[q - 1])
-            tier_report[f"store_{name}_cpu_lookup_MIDs_per_s"] = round(len(q) / secs / 1e6, 3)
-            store.close()
-            for suffix in ("", ".rows"):
-                if os.path.exists(f"/dev/shm/{pool}{suffix}"):
-                    os.unlink(f"/dev/shm/{pool}{suffix}")
+            for engine in ("cpu", "gpu"):
+                pool = f"gphash-tier-bench-{os.getpid()}"
+                store = gphash.EmbeddingStore.create(pool, tier_dim, capacity=tier_rows, replace=True, engine=engine, **kw)
+                store.insert_or_assign(ids, rows)
+
+                def run(q):
+                    if engine == "cpu":
+                        return store.lookup(q, pooling=None)
+                    return store.lookup(torch.from_numpy(q).to(dev), pooling=None).cpu().numpy()
+
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                got = run(uniform)
+                secs = time.perf_counter() - t
+                assert np.array_equal(got, rows[uniform - 1])
+                tier_report[f"store_{name}_{engine}_lookup_MIDs_per_s"] = round(len(uniform) / secs / 1e6, 3)
+                reads0 = store.stats()["tier_reads"]
+                t = time.perf_counter()
+                for q in skewed:
+                    got = run(q)
+                secs = time.perf_counter() - t
+                assert np.array_equal(got, rows[skewed[-1] - 1])
+                st = store.stats()
+                tier_report[f"store_{name}_{engine}_zipf_MIDs_per_s"] = round(20 * 65536 / secs / 1e6, 3)
+                if kw:
+                    tier_report[f"store_{name}_{engine}_zipf_tier_reads_per_lookup"] = (st["tier_reads"] - reads0) // 20
+                    tier_report[f"store_{name}_{engine}_promotions"] = st["tier_promotions"]
+                store.close()
+                for suffix in ("", ".rows"):
+                    if os.path.exists(f"/dev/shm/{pool}{suffix}"):
+                        os.unlink(f"/dev/shm/{pool}{suffix}")
     except Exception as e:  # noqa: BLE001  (a read-only or full /tmp must not stop the rest)
         tier_report = {"error": str(e)}
     finally:

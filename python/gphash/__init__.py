@@ -212,8 +212,9 @@ class EmbeddingStore:
         """host_rows and tier_path: a tier below host memory. Every row lives in the file
         tier_path (on a disk: written through, read with io_uring) and host memory holds copies of
         host_rows of them: those written while it has room, then, with tier_promotion, the rows
-        lookups read from the tier twice, in place of the copies read least. Such a store is looked
-        up with the CPU engine. host_rows=0: every row in host memory, no tier."""
+        lookups read from the tier twice, in place of the copies read least. With engine="gpu" a
+        lookup of such a store waits for the host half way (it reads the rows without a copy), so it
+        cannot be captured in a CUDA graph. host_rows=0: every row in host memory, no tier."""
         dtype = _dtype_name(dtype)
         return cls(_gphash.EmbeddingStore.create(pool, dim, dtype, capacity, default_value, engine,
                                                  cache_bytes, cache_ways, aging_interval, replace, threads,

@@ -1,6 +1,7 @@
 """gphash.EmbeddingStore with a tier below host memory (issue 9, item 5): every row in a file read
 with io_uring, copies of host_rows of them in host memory. Lookups against a plain gather, writes,
-copies made by lookups, reopen, killed processes, old row files, typed errors."""
+copies made by lookups, reopen, killed processes, old row files, typed errors; the GPU lookup of
+such a store (CUDA tensors) where torch sees a GPU and gphash was built with CUDA."""
 import os
 import signal
 import struct
@@ -16,20 +17,20 @@ import gphash
 from test_embedding import DTYPES, POOLINGS, bags, from_f32, reference, run_until_killed, to_f32, tol
 
 
-def assign_and_erase(store, table, assign, erase, rng):
+def assign_and_erase(store, table, assign, erase, rng, dtype="float32"):
     """Writes new rows to `assign` and erases `erase`, in the store and in the reference dict."""
-    rows = rng.standard_normal((len(assign), store.dim)).astype(np.float32)
+    rows = from_f32(rng.standard_normal((len(assign), store.dim)).astype(np.float32), dtype)
     store.insert_or_assign(assign, rows)
-    for i, r in zip(assign, rows):
+    for i, r in zip(assign, to_f32(rows, dtype)):
         table[int(i)] = r
     assert store.erase(erase) == len(erase)
     for i in erase:
         del table[int(i)]
 
 
-def make_tiered(pool_name, tier, dim, dtype, n, host_rows, seed=0):
+def make_tiered(pool_name, tier, dim, dtype, n, host_rows, seed=0, **kw):
     store = gphash.EmbeddingStore.create(pool_name, dim, dtype=dtype, capacity=2 * n, replace=True,
-                                         host_rows=host_rows, tier_path=tier)
+                                         host_rows=host_rows, tier_path=tier, **kw)
     rng = np.random.default_rng(seed)
     ids = rng.choice(10**12, size=n, replace=False).astype(np.int64)
     stored = from_f32(rng.standard_normal((n, dim)).astype(np.float32), dtype)
@@ -142,7 +143,6 @@ def test_tier_errors_are_typed(pool_name, tmp_path):
         (dict(host_rows=200), "InvalidArgument", "host_rows"),      # more than capacity
         (dict(host_rows=50), "InvalidArgument", "tier_path"),       # rows beyond host memory, no file
         (dict(tier_path=tier), "InvalidArgument", "tier_path"),     # a file and every row in host memory
-        (dict(host_rows=50, tier_path=tier, engine="gpu"), "InvalidArgument", "engine"),
     ]
     for kw, code, field in cases:
         with pytest.raises(gphash.Error) as e:
@@ -249,3 +249,87 @@ def test_copies_moving_survive_a_kill(pool_name, tmp_path, seed):
     assert store.stats()["rows_used"] == 2000
     store.close()
     assert gphash.check_pool(pool_name)["ok"]
+
+
+def _torch_cuda():
+    torch = pytest.importorskip("torch")
+    if not (gphash.has_cuda and torch.cuda.is_available()):
+        pytest.skip("needs a GPU and a CUDA build of gphash")
+    return torch
+
+
+def _gpu_lookup(torch, store, q, offsets, pooling):
+    out = store.lookup(torch.from_numpy(q).cuda(), None if offsets is None else torch.from_numpy(offsets).cuda(),
+                       pooling=pooling)
+    assert out.is_cuda
+    return out.float().cpu().numpy() if out.dtype == torch.bfloat16 else out.cpu().numpy().astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 14])
+def test_gpu_lookup_of_a_tiered_store(pool_name, tmp_path, dtype, pooling, cache_bytes):
+    """The GPU lookup reads rows with a copy from host memory and the others from the tier (the
+    host between its two launches); repeated lookups promote hot rows, and writes, erases and a
+    reopen keep every row right."""
+    torch = _torch_cuda()
+    dim = 40
+    store, ids, table = make_tiered(pool_name, tmp_path / "tier", dim, dtype, 3000, host_rows=300, engine="gpu",
+                                    cache_bytes=cache_bytes)
+    rng = np.random.default_rng(11)
+    hot = ids[300:550]  # no copies at first; fewer than the slots, so copies are not dropped again
+    reads = []
+    for rep in range(4):
+        q, offsets = bags(rng, hot, 300, 10, missing=-9)
+        q = np.concatenate([q, rng.choice(ids, 50)])  # cold rows too
+        if pooling is None:
+            offsets = None
+        before = store.stats()["tier_reads"]
+        got = _gpu_lookup(torch, store, q, offsets, pooling)
+        np.testing.assert_allclose(got, reference(table, q, offsets, pooling, dim), rtol=tol(dtype) * 4, atol=tol(dtype) * 4)
+        reads.append(store.stats()["tier_reads"] - before)
+    s = store.stats()
+    assert reads[0] > 100 and s["tier_promotions"] > 100, (reads, s)
+    assert reads[-1] < reads[0] / 2, reads  # promoted rows (or, with the cache, cached ones) leave the tier alone
+    assign_and_erase(store, table, np.concatenate([hot[:30], ids[:30]]), hot[30:40], rng, dtype)
+    q = np.concatenate([ids, np.array([-3], np.int64)])
+    np.testing.assert_allclose(_gpu_lookup(torch, store, q, None, None), reference(table, q, None, None, dim),
+                               rtol=tol(dtype) * 4, atol=tol(dtype) * 4)
+    store.close()
+    store = gphash.EmbeddingStore.open(pool_name, engine="gpu", cache_bytes=cache_bytes)
+    np.testing.assert_allclose(_gpu_lookup(torch, store, q, None, None), reference(table, q, None, None, dim),
+                               rtol=tol(dtype) * 4, atol=tol(dtype) * 4)
+    store.close()
+    assert gphash.check_pool(pool_name)["ok"]
+
+
+def test_gpu_lookup_of_a_tiered_store_without_promotion_and_in_a_cuda_graph(pool_name, tmp_path):
+    torch = _torch_cuda()
+    store = gphash.EmbeddingStore.create(pool_name, 4, capacity=400, replace=True, host_rows=100,
+                                         tier_path=tmp_path / "tier", tier_promotion=False, engine="gpu")
+    ids = np.arange(1, 301, dtype=np.int64)
+    store.insert_or_assign(ids, np.tile(ids[:, None].astype(np.float32), (1, 4)))
+    tq = torch.from_numpy(ids).cuda()
+    for _ in range(3):
+        np.testing.assert_array_equal(store.lookup(tq, pooling=None).cpu().numpy(), np.tile(ids[:, None], (1, 4)))
+    s = store.stats()
+    assert s["tier_promotions"] == 0 and s["tier_reads"] == 3 * 200, s
+    # The host joins every lookup half way: no CUDA graph can hold one.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        store.lookup(tq, pooling=None)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    raised = None
+    try:
+        with torch.cuda.graph(graph, stream=side):
+            try:
+                store.lookup(tq, pooling=None)
+            except gphash.Error as e:
+                raised = e
+    except RuntimeError:
+        pass  # torch may refuse to end a capture that holds nothing
+    assert raised is not None and raised.code == "InvalidArgument" and "CUDA graph" in str(raised), raised
+    torch.cuda.synchronize()
+    store.close()

@@ -165,7 +165,7 @@ struct EmbeddingStore::Impl {
   // rows lookups read most in host memory, in host_rows slots. An ID's index value says both:
   // its tier row in the low kSlotShift bits, and 1 + its slot above them (0: no copy). Without a
   // tier the value is the row's index in the row file, which the GPU lookup reads directly.
-  static constexpr int kSlotShift = 36;
+  static constexpr int kSlotShift = kTierSlotShift;
   static constexpr uint64_t kRowMask = (uint64_t{1} << kSlotShift) - 1;
   static constexpr uint64_t kNoSlot = ~uint64_t{0};
   static constexpr int64_t kNoOwner = -1;         // a reserved ID (check_ids): never stored
@@ -314,7 +314,8 @@ struct EmbeddingStore::Impl {
     }
     counts.tier_promotions += copies.size();
   }
-  // Points each ID at a new index value (the Table's upsert: the commit of a move).
+  // Points each ID at a new index value holding the same bytes (the Table's upsert: the commit of
+  // a move), and the GPU's copy of the index after it.
   void repoint(const std::vector<int64_t>& ids, const std::vector<uint64_t>& values) {
     std::vector<OpStatus> status(ids.size());
     table.execute({.size = ids.size(), .key_width = 8, .value_width = 8, .op = Op::kUpsert, .keys = ids.data(),
@@ -322,6 +323,35 @@ struct EmbeddingStore::Impl {
     for (size_t k = 0; k < ids.size(); ++k)
       if (status[k] != OpStatus::kOk)
         throw Error(ErrorCode::kNoSpace, "the index refused to move id " + std::to_string(ids[k]) + ": " + to_string(status[k]), "ids");
+    if (gpu) gpu->index_changed(ids.data(), values.data(), ids.size(), /*same_bytes=*/true);
+  }
+
+  // A tiered store's GPU lookup, between its launches (GpuLookupConfig::tier_rows): reads the rows
+  // of `values` without a copy from the tier into `tier_rows`, in order, then counts and promotes
+  // as a host lookup does. The positions here are the lookup's unique IDs; ~0 marks one whose row
+  // the GPU did not read from host memory (a hit in its cache, or missing). Under `mu`.
+  void read_tier_for_gpu(const int64_t* ids, const uint64_t* values, size_t n, std::byte* tier_rows) {
+    const std::vector<uint64_t> where(values, values + n);
+    std::vector<const std::byte*> at(n, nullptr);
+    std::vector<uint64_t> from_tier;
+    const uint32_t rb = row_bytes();
+    for (size_t i = 0; i < n; ++i) {
+      if (where[i] == ~uint64_t{0}) continue;
+      if (slot_of(where[i]) != kNoSlot) {
+        at[i] = rows.row(slot_of(where[i]));
+      } else {
+        at[i] = tier_rows + from_tier.size() * rb;
+        from_tier.push_back(row_of(where[i]));
+      }
+    }
+    if (!from_tier.empty()) tier->read_rows(from_tier.data(), from_tier.size(), tier_rows);
+    counts.tier_reads += from_tier.size();
+    if (!options.tier_promotion) return;
+    try {
+      promote_hot_rows(where, at, ids);
+    } catch (const Error&) {
+      options.tier_promotion = false;  // as in lookup_host
+    }
   }
 
   // Searches `n` ids; index value per id, ~0 when missing.
@@ -381,18 +411,17 @@ struct EmbeddingStore::Impl {
 
   void start_gpu() {
     if (options.engine != EngineKind::kGpu) return;
-    // The GPU lookup gathers rows from host memory in one kernel; reading the tier's rows needs the
-    // host between finding the IDs and gathering, which it does not do yet.
-    if (rows.has_tier())
-      throw Error(ErrorCode::kInvalidArgument,
-                  "a store with a file tier (host_rows below capacity) is looked up by the CPU engine: open it with engine cpu",
-                  "engine");
     if (!gpu_lookup_available())
       throw Error(ErrorCode::kNoGpu, "this build of gphash has no CUDA: the embedding store's GPU lookup is not available", "engine");
     const RowFileHeader& h = rows.header();
+    TierRows tier_rows;
+    if (tiered())
+      tier_rows = [this](const int64_t* ids, const uint64_t* values, size_t n, std::byte* out) {
+        read_tier_for_gpu(ids, values, n, out);
+      };
     gpu = make_gpu_lookup(table, rows.data(), rows.data_bytes(),
                           {h.dim, h.stride, dtype(), h.default_value, options.cache_bytes, options.cache_ways,
-                           options.aging_interval});
+                           options.aging_interval, std::move(tier_rows)});
   }
 };
 
@@ -435,9 +464,6 @@ EmbeddingStore EmbeddingStore::create(const std::string& pool, const StoreConfig
   if (tiered && (c.host_rows >= (uint64_t{1} << 27) || c.capacity > Impl::kRowMask))
     throw Error(ErrorCode::kInvalidArgument, "a store with a tier holds at most 2^36 rows, below 2^27 of them in host memory",
                 "host_rows");
-  if (tiered && o.engine == EngineKind::kGpu)
-    throw Error(ErrorCode::kInvalidArgument,
-                "a store with a file tier is looked up by the CPU engine: create it with engine cpu", "engine");
   const OpenOptions topt = table_options(o);
   Table table = Table::create(pool, {.key_width = 8, .value_width = 8, .capacity = c.capacity}, topt);
   const uint32_t stride = row_stride(c.dim * element_bytes(c.dtype));

@@ -50,7 +50,8 @@ struct StoreConfig {
   // every row lives in the file at `tier_path` (written through, fsync'd; read with io_uring),
   // and host memory holds copies of `host_rows` of them: the rows written while it has room,
   // then those lookups read most (StoreOptions::tier_promotion). 0: every row in host memory
-  // only, no tier. host_rows below 2^27 with a tier.
+  // only, no tier. host_rows below 2^27 with a tier. The GPU engine's lookup of such a store
+  // waits for the host half way, which reads the rows without a copy (no CUDA graph capture).
   uint64_t host_rows = 0;
   std::string tier_path;
 };

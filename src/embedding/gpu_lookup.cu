@@ -16,6 +16,9 @@
 //      (TinyLFU-like); every `aging_interval` lookups all counts are halved, so the cache follows a
 //      drifting hot set (the refresh policy). It runs after the output, so membership never
 //      changes while a lookup reads the cache.
+// A store with a file tier runs steps 1-2 and 3-4 as two launches, and the host reads the rows that
+// have no copy in host memory from the tier between them (GpuLookupConfig::tier_rows): the GPU
+// cannot read that file, and a kernel cannot wait for the host.
 // Why one launch: at small batches a lookup's cost is the host's (each launch or stream call is
 // microseconds), so the workspace persists between lookups (grown stream-ordered when a batch is
 // larger), lookups hand each other their state in GPU memory (LookupState), and the dedup table
@@ -110,6 +113,7 @@ struct LookupArgs {
   bool mean;
   void* out;
   // the rows
+  bool tiered;                   // index values: 1 + host-memory slot above bit 36 (0: in the tier only)
   const std::byte* host_rows;    // the row file, as the GPU addresses it
   const std::byte* default_row;  // GPU memory
   uint64_t row_capacity;
@@ -124,6 +128,13 @@ struct LookupArgs {
   const std::byte** row_of;  // a cache way, a staging row or the default row
   uint8_t* admit;
   std::byte* staged_rows;
+  // a tiered store: each unique ID's index value (~0: a cache hit or missing), for the host; then
+  // the rows the host read from the tier (tier_count, with their unique IDs' numbers)
+  uint64_t* read_values;
+  uint32_t tier_count;
+  const uint32_t* tier_unique;
+  const std::byte* tier_rows;  // tier_count rows, `stride` apart
+  bool abandon;                // the host could not read them: the second launch only resets the state
 };
 
 // Dedup: the slot of each position's ID, by linear probing from its hash. A free slot is claimed
@@ -168,6 +179,7 @@ __device__ void locate(const LookupArgs& a, uint32_t n_unique) {
         const uint64_t slot = set * cache.ways + (__ffs(mask) - 1);
         if (lane == 0) {
           atomicAdd(&cache.scores[slot], 1u);
+          if (a.tiered) a.read_values[u] = kNoId;
           a.row_of[u] = cache.rows + slot * a.stride;
           a.admit[u] = 0;
           ++hits;
@@ -180,11 +192,16 @@ __device__ void locate(const LookupArgs& a, uint32_t n_unique) {
     __syncwarp();
     const OpStatus s = a.ref->find(&key, reinterpret_cast<std::byte*>(&where[wib]));
     __syncwarp();
-    const uint64_t row = where[wib];
-    const bool found = s == OpStatus::kOk && row < a.row_capacity;
+    const uint64_t value = where[wib];
+    // A tiered store's row without a copy in host memory: the host reads it from the tier, and
+    // the second launch points row_of at it.
+    const bool tier_only = a.tiered && s == OpStatus::kOk && value >> kTierSlotShift == 0;
+    const uint64_t row = a.tiered ? (value >> kTierSlotShift) - 1 : value;
+    const bool found = s == OpStatus::kOk && (tier_only || row < a.row_capacity);
     std::byte* staged = a.staged_rows + static_cast<size_t>(u) * a.stride;
-    if (found) copy_row(staged, a.host_rows + row * a.stride, a.stride, lane);
+    if (found && !tier_only) copy_row(staged, a.host_rows + row * a.stride, a.stride, lane);
     if (lane == 0) {
+      if (a.tiered) a.read_values[u] = found ? value : kNoId;
       a.row_of[u] = found ? staged : a.default_row;
       a.admit[u] = found && cache.sets;
       found ? ++misses : ++missing;
@@ -287,19 +304,35 @@ __device__ void admit_rows(const LookupArgs& a, uint32_t n_unique, bool age) {
   }
 }
 
+// Which steps a launch runs: all of them, or (a tiered store) dedup and locate, then the rest.
+enum class Steps { kAll, kFind, kFinish };
+
 // The whole lookup in one cooperative launch: the steps depend on each other through the grid
 // (dedup before locate, every row located before the output reads it, the output done before
 // admission replaces cached rows), so they are separated by grid barriers rather than launches,
 // each of which costs the host microseconds.
-template <class T>
+template <class T, Steps S>
 __global__ void __launch_bounds__(kBlock) lookup_kernel(LookupArgs a) {
   cooperative_groups::grid_group grid = cooperative_groups::this_grid();
-  dedup(a);
-  grid.sync();
+  if constexpr (S != Steps::kFinish) {
+    dedup(a);
+    grid.sync();
+  }
   const uint32_t n_unique = a.state->n_unique;
   const uint32_t lookups = a.state->lookups;
-  if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(&a.counters->unique, static_cast<unsigned long long>(n_unique));
-  locate(a, n_unique);
+  if constexpr (S != Steps::kFinish) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) atomicAdd(&a.counters->unique, static_cast<unsigned long long>(n_unique));
+    locate(a, n_unique);
+  }
+  if constexpr (S == Steps::kFind) return;
+  if constexpr (S == Steps::kFinish) {
+    if (a.abandon) {  // nothing is written or admitted; the next lookup finds the state as usual
+      if (blockIdx.x == 0 && threadIdx.x == 0) a.state->n_unique = 0, a.state->lookups = lookups + 1;
+      return;
+    }
+    for (uint32_t k = blockIdx.x * blockDim.x + threadIdx.x; k < a.tier_count; k += gridDim.x * blockDim.x)
+      a.row_of[a.tier_unique[k]] = a.tier_rows + static_cast<size_t>(k) * a.stride;
+  }
   grid.sync();  // every thread has read the count: the next lookup's dedup starts it from zero
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     a.state->n_unique = 0;
@@ -321,6 +354,29 @@ __global__ void invalidate_ids(CacheView cache, const uint64_t* ids, uint32_t n)
       }
   }
 }
+
+template <Steps S>
+const void* kernel_for(RowType dtype) {
+  if (dtype == RowType::kFloat32) return reinterpret_cast<const void*>(&lookup_kernel<float, S>);
+  if (dtype == RowType::kFloat16) return reinterpret_cast<const void*>(&lookup_kernel<__half, S>);
+  return reinterpret_cast<const void*>(&lookup_kernel<__nv_bfloat16, S>);
+}
+
+// Host memory the GPU copies from or to, grown by doubling (pinned: copies are asynchronous).
+template <class E>
+struct PinnedArray {
+  E* data = nullptr;
+  size_t capacity = 0;
+  void reserve(size_t n) {
+    if (n <= capacity) return;
+    const size_t c = std::max<size_t>(n, 2 * capacity);
+    E* p = nullptr;
+    check(cudaHostAlloc(reinterpret_cast<void**>(&p), c * sizeof(E), cudaHostAllocDefault), "cudaHostAlloc");
+    cudaFreeHost(data);
+    data = p, capacity = c;
+  }
+  ~PinnedArray() { cudaFreeHost(data); }
+};
 
 uint32_t blocks_for(uint64_t work_items, uint32_t per_block) {
   return static_cast<uint32_t>(std::clamp<uint64_t>((work_items + per_block - 1) / per_block, 1, 132 * 32));
@@ -389,7 +445,17 @@ struct GpuLookup::Impl {
     const std::byte** row_of = nullptr;
     uint8_t* admit = nullptr;
     std::byte* staged_rows = nullptr;
+    uint64_t* read_values = nullptr;  // a tiered store's
   } ws;
+  // A tiered store's lookup, between its two launches: what the host reads back (the unique count,
+  // IDs and index values), the rows it reads from the tier, and their copies in GPU memory.
+  PinnedArray<uint32_t> host_unique_count;
+  PinnedArray<int64_t> host_ids;
+  PinnedArray<uint64_t> host_values;
+  PinnedArray<std::byte> host_tier_rows;
+  PinnedArray<uint32_t> host_tier_unique;
+  std::byte* tier_rows = nullptr;  // GPU memory, `stride` apart, and the unique numbers after them
+  size_t tier_rows_capacity = 0;
   // One device session on the copy serves every lookup until a write changes it
   // (index_changed()): beginning a session waits for the table's previous work to settle and
   // prepares the engine, which per lookup would cost a host wait and a few calls. Lookups only
@@ -436,13 +502,12 @@ struct GpuLookup::Impl {
     check(cudaMemcpy(default_row, row.data(), c.stride, cudaMemcpyHostToDevice), "cudaMemcpy");
     check(cudaMalloc(&counters, sizeof(DeviceCounters)), "cudaMalloc");
     check(cudaMemset(counters, 0, sizeof(DeviceCounters)), "cudaMemset");
-    // The fewest co-resident blocks of the three instantiations bounds the cooperative grid.
+    // The fewest co-resident blocks of the kernels this store launches bounds the cooperative grid.
     int device = 0, sms = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     int per_sm = 1 << 30;
-    for (const void* k : {reinterpret_cast<const void*>(&lookup_kernel<float>), reinterpret_cast<const void*>(&lookup_kernel<__half>),
-                          reinterpret_cast<const void*>(&lookup_kernel<__nv_bfloat16>)}) {
+    for (const void* k : {kernel_for<Steps::kAll>(c.dtype), kernel_for<Steps::kFind>(c.dtype), kernel_for<Steps::kFinish>(c.dtype)}) {
       int blocks = 0;
       check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k, kBlock, 0), "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
       per_sm = std::min(per_sm, blocks);
@@ -494,6 +559,7 @@ struct GpuLookup::Impl {
     const size_t o_row_of = total; total += round(8 * size_t{ids});
     const size_t o_admit = total; total += round(size_t{ids});
     const size_t o_staged = total; total += round(size_t{ids} * config.stride);
+    const size_t o_read_values = total; total += config.tier_rows ? round(8 * size_t{ids}) : 0;
     if (ws.base) check(cudaFreeAsync(ws.base, stream), "cudaFreeAsync of the lookup's workspace");
     ws = {};
     check(cudaMallocAsync(reinterpret_cast<void**>(&ws.base), total, stream), "cudaMallocAsync of the lookup's workspace");
@@ -507,7 +573,45 @@ struct GpuLookup::Impl {
     ws.row_of = reinterpret_cast<const std::byte**>(ws.base + o_row_of);
     ws.admit = reinterpret_cast<uint8_t*>(ws.base + o_admit);
     ws.staged_rows = ws.base + o_staged;
+    if (config.tier_rows) ws.read_values = reinterpret_cast<uint64_t*>(ws.base + o_read_values);
     check(cudaMemsetAsync(ws.owners, 0xff, 4 * size_t{slots}, stream), "cudaMemsetAsync");  // all kFreeSlot
+  }
+
+  // A tiered store's lookup between its launches: reads back what the first found, lets the store
+  // read the rows without a copy from the tier (TierRows), and copies them to GPU memory for the
+  // second launch, which `a` is then set up for.
+  void read_tier_rows(LookupArgs& a, cudaStream_t stream) {
+    host_unique_count.reserve(1);
+    check(cudaMemcpyAsync(host_unique_count.data, &state->n_unique, 4, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(stream), "waiting for the lookup's first launch");
+    const uint32_t n_unique = *host_unique_count.data;
+    host_ids.reserve(n_unique);
+    host_values.reserve(n_unique);
+    check(cudaMemcpyAsync(host_ids.data, ws.unique_ids, 8 * size_t{n_unique}, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    check(cudaMemcpyAsync(host_values.data, ws.read_values, 8 * size_t{n_unique}, cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    uint32_t count = 0;
+    host_tier_unique.reserve(n_unique);
+    for (uint32_t u = 0; u < n_unique; ++u)
+      if (host_values.data[u] != kNoId && host_values.data[u] >> kTierSlotShift == 0) host_tier_unique.data[count++] = u;
+    const uint32_t row_bytes = config.dim * element_bytes(config.dtype);
+    host_tier_rows.reserve(size_t{count} * row_bytes);
+    config.tier_rows(host_ids.data, host_values.data, n_unique, host_tier_rows.data);
+    a.tier_count = count;
+    if (!count) return;
+    const size_t rows_bytes = size_t{count} * config.stride, needed = rows_bytes + 4 * size_t{count};
+    if (needed > tier_rows_capacity) {  // stream-ordered, after every earlier lookup
+      if (tier_rows) check(cudaFreeAsync(tier_rows, stream), "cudaFreeAsync");
+      tier_rows_capacity = std::max(needed, 2 * tier_rows_capacity);
+      check(cudaMallocAsync(reinterpret_cast<void**>(&tier_rows), tier_rows_capacity, stream), "cudaMallocAsync");
+    }
+    check(cudaMemcpy2DAsync(tier_rows, config.stride, host_tier_rows.data, row_bytes, row_bytes, count,
+                            cudaMemcpyHostToDevice, stream), "cudaMemcpy2DAsync of the tier's rows");
+    check(cudaMemcpyAsync(tier_rows + rows_bytes, host_tier_unique.data, 4 * size_t{count}, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync");
+    a.tier_rows = tier_rows;
+    a.tier_unique = reinterpret_cast<const uint32_t*>(tier_rows + rows_bytes);
   }
 
   ~Impl() {
@@ -524,6 +628,7 @@ struct GpuLookup::Impl {
     cudaFree(cache.locks);
     cudaFree(cache.rows);
     cudaFree(ws.base);
+    cudaFree(tier_rows);
     cudaFree(default_row);
     cudaFree(counters);
     cudaFree(state);
@@ -546,7 +651,7 @@ GpuCounters GpuLookup::counters() const {
   return {d.hits, d.misses, d.missing, d.unique};
 }
 
-void GpuLookup::index_changed(const int64_t* ids, const uint64_t* rows, size_t n) {
+void GpuLookup::index_changed(const int64_t* ids, const uint64_t* rows, size_t n, bool same_bytes) {
   Impl& m = *impl_;
   if (n == 0) return;
   // Writes are host-driven and synchronous: lookups in flight read the copy and may admit rows.
@@ -560,7 +665,7 @@ void GpuLookup::index_changed(const int64_t* ids, const uint64_t* rows, size_t n
   // CUDA graphs replay without the host, and must find the copy where the write left it.
   m.open_session();
   check(cudaStreamSynchronize(m.session_stream), "cudaStreamSynchronize");
-  if (!m.cache.sets) return;
+  if (!m.cache.sets || same_bytes) return;
   uint64_t* dev = nullptr;
   check(cudaMalloc(&dev, n * sizeof(uint64_t)), "cudaMalloc");
   check(cudaMemcpy(dev, ids, n * sizeof(uint64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
@@ -591,6 +696,9 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
   if (capturing && (!m.session_open || !m.waited_for_session || n > m.ws.ids_capacity))
     throw Error(ErrorCode::kInvalidArgument,
                 "capturing a lookup in a CUDA graph needs a lookup of at least its size before it (a warm-up)", "ids");
+  if (capturing && c.tier_rows)
+    throw Error(ErrorCode::kInvalidArgument,
+                "a lookup of a store with a file tier waits for the host half way: it cannot be captured in a CUDA graph", "ids");
   m.open_session();
   if (!capturing && m.last_stream != stream) check(cudaStreamWaitEvent(stream, m.last_done, 0), "cudaStreamWaitEvent");
   if (!m.waited_for_session) {
@@ -609,16 +717,28 @@ void GpuLookup::lookup(const int64_t* ids, size_t n, const int64_t* offsets, siz
                   .aging_interval = c.aging_interval, .owners = w.owners, .slot_mask = w.slots - 1,
                   .slot_of = w.slot_of, .unique_of_slot = w.unique_of_slot, .unique_ids = w.unique_ids,
                   .slot_of_unique = w.slot_of_unique, .row_of = w.row_of, .admit = w.admit,
-                  .staged_rows = w.staged_rows};
+                  .staged_rows = w.staged_rows, .read_values = w.read_values, .tier_count = 0,
+                  .tier_unique = nullptr, .tier_rows = nullptr, .abandon = false};
+  args.tiered = static_cast<bool>(c.tier_rows);
   // A warp per ID at most, and no more blocks than fit on the GPU at once (a cooperative launch).
   const uint32_t grid = std::min(blocks_for(std::max(n, n_bags), kWarpsPerBlock), m.max_blocks);
   void* params[] = {&args};
   auto launch = [&](const void* kernel) {
     check(cudaLaunchCooperativeKernel(kernel, grid, kBlock, params, 0, stream), "launching the lookup");
   };
-  if (c.dtype == RowType::kFloat32) launch(reinterpret_cast<const void*>(&lookup_kernel<float>));
-  else if (c.dtype == RowType::kFloat16) launch(reinterpret_cast<const void*>(&lookup_kernel<__half>));
-  else launch(reinterpret_cast<const void*>(&lookup_kernel<__nv_bfloat16>));
+  if (!c.tier_rows) {
+    launch(kernel_for<Steps::kAll>(c.dtype));
+  } else {
+    launch(kernel_for<Steps::kFind>(c.dtype));
+    try {
+      m.read_tier_rows(args, stream);
+    } catch (...) {
+      args.abandon = true;
+      launch(kernel_for<Steps::kFinish>(c.dtype));
+      throw;
+    }
+    launch(kernel_for<Steps::kFinish>(c.dtype));
+  }
   if (capturing) return;
   // Recorded every time (not only when the next lookup comes on another stream): by then this
   // stream may have been destroyed.

@@ -6,7 +6,7 @@ namespace gphash::embedding {
 struct GpuLookup::Impl {};
 GpuLookup::~GpuLookup() = default;
 void GpuLookup::lookup(const int64_t*, size_t, const int64_t*, size_t, bool, Pooling, void*, CUstream_st*) {}
-void GpuLookup::index_changed(const int64_t*, const uint64_t*, size_t) {}
+void GpuLookup::index_changed(const int64_t*, const uint64_t*, size_t, bool) {}
 GpuCounters GpuLookup::counters() const { return {}; }
 uint64_t GpuLookup::cache_rows() const { return 0; }
 bool gpu_lookup_available() { return false; }
