@@ -1095,7 +1095,7 @@ class GpuEngine final : public Engine {
     uint64_t need_slot = host_counters_.get()->pending_slot, need_cell = host_counters_.get()->pending_cell;
     while (count) {
       bool grew = false;
-      if (need_cell && !flags.heap_exhausted) grew |= provide_cells(need_cell, stream, &flags.heap_exhausted);
+      if (need_cell && !flags.heap_exhausted) grew |= provide_cells(need_cell, bv.n, stream, &flags.heap_exhausted);
       const double load =
           static_cast<double>(items_ + host_counters_.get()->item_delta) / static_cast<double>(slot_capacity());
       // Without resizing, displacement is the only way: it takes any number of runs then.
@@ -1323,6 +1323,7 @@ class GpuEngine final : public Engine {
     }
     ++heap_chunks_;
     dt_.heap.capacity += cells;
+    reused_freed_cells_ = false;
     ++stats_.heap_grows;
     stats_.heap_grow_seconds += seconds_since(t0);
   }
@@ -1347,9 +1348,13 @@ class GpuEngine final : public Engine {
   // its runs still need): a batch that writes more values than the free cells would otherwise
   // rerun its late runs every time. Measured on the H100 (YCSB A, 128-byte values, 4 M records,
   // batches of 2^20): rounds of reruns took 63% of the time; one rerun per batch 49-66%; after one
-  // heap growth none. The cost is heap room for one batch's new values (the heap doubles). True
-  // if a rerun can find cells; sets `exhausted` if none are free and the heap cannot grow.
-  bool provide_cells(uint64_t need, cudaStream_t stream, bool* exhausted) {
+  // heap growth none. The cost is heap room for one batch's new values (the heap doubles). A few
+  // runs that the cells this batch freed can serve take those instead, once between growths:
+  // inserts that lost a claim and released their cell, in a heap sized to its last cell, once
+  // doubled a 512 MiB heap for a few hundred values (H200, presized LOAD of 16.8 M 32-byte values:
+  // 0.29 s of 0.55); a workload short of cells batch after batch still grows at the second. True if
+  // a rerun can find cells; sets `exhausted` if none are free and the heap cannot grow.
+  bool provide_cells(uint64_t need, uint64_t batch_ops, cudaStream_t stream, bool* exhausted) {
     const uint64_t demand = available_cells() + need;  // the host's counts are still the batch's start
     read_counters(stream);
     settle_heap(stream);
@@ -1359,6 +1364,10 @@ class GpuEngine final : public Engine {
     unsigned long long* restart = reinterpret_cast<unsigned long long*>(counters_init_.get());
     restart[0] = 0, restart[1] = fresh_next_, restart[2] = 0;  // cells_taken, fresh_next, cells_freed
     GPHASH_CUDA(cudaMemcpyAsync(counters_, restart, 3 * sizeof(unsigned long long), cudaMemcpyHostToDevice, stream));
+    if (!reused_freed_cells_ && need <= std::max<uint64_t>(batch_ops / 64, 1) && available_cells() >= need) {
+      reused_freed_cells_ = true;
+      return true;
+    }
     reserve_cells(demand);
     if (available_cells() == 0) *exhausted = true;
     return !*exhausted;
@@ -1444,6 +1453,7 @@ class GpuEngine final : public Engine {
   std::vector<uint64_t> host_dirty_;
   DeviceBuffer<uint64_t> free_cells_, freed_;
   uint64_t free_count_ = 0, fresh_next_ = 0;
+  bool reused_freed_cells_ = false;  // provide_cells served runs from freed cells since the heap last grew
   DeviceBuffer<uint64_t> keys_;
   DeviceBuffer<std::byte> values_, out_, sort_temp_;
   DeviceBuffer<uint8_t> ops_, status_;
