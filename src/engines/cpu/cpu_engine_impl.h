@@ -298,18 +298,18 @@ class CpuEngine final : public Engine {
           reclaimed = true;
           continue;
         }
+        const auto t0 = std::chrono::steady_clock::now();
         try {
           if (exhausted.heap) throw Error(ErrorCode::kNoSpace, "the heap could not grow earlier in this batch");
-          const auto t0 = std::chrono::steady_clock::now();
           meta_.grow_heap();
-          cells_.grow(meta_.heap_cells());
-          stats_.heap_grow_seconds += seconds_since(t0);
         } catch (const Error& e) {
           if (e.code() != ErrorCode::kNoSpace) throw;
           exhausted.heap = true;
           status = OpStatus::kHeapFull;
           return;
         }
+        cells_.grow(meta_.heap_cells());
+        stats_.heap_grow_seconds += seconds_since(t0);
         table_.refresh();
         ++stats_.heap_grows;
         continue;
