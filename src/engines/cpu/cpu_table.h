@@ -135,24 +135,28 @@ class CpuTable {
       return Outcome::kOk;
     }
     for (;;) {
-      Scan s = scan(p, bottom_, top_);
-      if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
-      if (s.valid >= 0) {
-        const SlotRef& at = s.match[s.valid];
-        if (op == Op::kInsert) return finish(Outcome::kExists);
-        if (op == Op::kErase) {
-          uint64_t expected = p.published;
-          const uint64_t old_cell = has_heap_ ? Memory::load(value_word(at)) : kNoCell;
-          if (!Memory::cas(state_word(at), expected, format::kSlotEmpty)) continue;  // changed under us: rescan
-          mem_.persist(state_word(at), 8);
-          GPHASH_CRASH_POINT("erase.after_cas");
-          if (has_heap_) cells_.release(tid, old_cell);
-          --count_delta;
-          return finish(Outcome::kOk);
-        }
-        return finish(write_value(at, p, value_in, tid, cell));  // update or upsert
+      // A write to a present key finds its copy the way search does, usually in the first bucket
+      // or two, without waiting for every candidate bucket: at most one published slot holds a key
+      // once recovery ran (docs/FORMAT.md; any other duplicate is damage, which repair drops).
+      // 2-core VM, 4 M 8-byte keys, one thread: deletes 5.5 -> 10.7 M/s; checking the other
+      // buckets for a second copy kept 7.0-7.3. An insert, whose key is usually absent, scans.
+      SlotRef at;
+      if (op != Op::kInsert && find_valid(p, at)) {
+        if (op != Op::kErase) return finish(write_value(at, p, value_in, tid, cell));  // update, upsert
+        uint64_t expected = p.published;
+        const uint64_t old_cell = has_heap_ ? Memory::load(value_word(at)) : kNoCell;
+        if (!Memory::cas(state_word(at), expected, format::kSlotEmpty)) continue;  // changed under us: look again
+        mem_.persist(state_word(at), 8);
+        GPHASH_CRASH_POINT("erase.after_cas");
+        if (has_heap_) cells_.release(tid, old_cell);
+        --count_delta;
+        return finish(Outcome::kOk);
       }
       if (op == Op::kErase || op == Op::kUpdate) return finish(Outcome::kNotFound);
+      const Scan s = scan(p, bottom_, top_);
+      if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
+      if (s.valid >= 0)
+        return finish(op == Op::kInsert ? Outcome::kExists : write_value(s.match[s.valid], p, value_in, tid, cell));
       if (!s.has_free) return finish(Outcome::kNeedSlot);
       uint64_t word;
       if (has_heap_) {
