@@ -69,6 +69,10 @@ Options parse_options(int argc, char** argv) {
                  "overlap each round's index batch with resolving the round before: auto (default: with --engine gpu in "
                  "cache mode), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--receiver-rounds", o.receiver_rounds,
+                 "rounds a receiver runs after its own before it goes back to its connections (default: 4, 0 when "
+                 "pipelined)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
   app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");

@@ -30,6 +30,7 @@ struct Options {
   size_t batch_size = 256;              // --batch-size: a round starts at this many commands...
   std::chrono::microseconds batch_period{0};   // --batch-period-us: ...or when the oldest waited this long
   bool pipeline = false;                // --pipeline: overlap a round's GPU batch with the round before (auto: GPU engine)
+  int receiver_rounds = -1;             // --receiver-rounds: rounds a receiver runs after its own (-1: auto)
   size_t conn_buffer_limit = 4 << 20;   // --conn-buffer-limit: per connection, queued input and unsent output
   double growth_factor = 1.25;          // -f
   bool force_flush = false;             // --force-flush

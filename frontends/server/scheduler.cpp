@@ -13,7 +13,10 @@ uint64_t ns_between(std::chrono::steady_clock::time_point a, std::chrono::steady
 }  // namespace
 
 Scheduler::Scheduler(kv::KvStore& store, const Options& options)
-    : store_(store), threshold_(options.batch_size), period_(options.batch_period) {
+    : store_(store),
+      threshold_(options.batch_size),
+      period_(options.batch_period),
+      extra_rounds_(options.receiver_rounds >= 0 ? options.receiver_rounds : store.pipelined() ? 0 : 4) {
   slabs_ = store_.slab_stats();
   thread_ = std::thread([this] { run(); });
 }
@@ -78,20 +81,21 @@ void Scheduler::run() {
 // Runs rounds while they are due (called with the lock held; returns with it held), and when none
 // is due, or when a large round's waiters would wait long for the next (KvStore::commit_alone_pays),
 // moves the store's work in hand on (KvStore::step), so nothing waits once the queue is empty.
-// A receiver (self) runs until the round it started is resolved, then at most kExtraRounds more
+// A receiver (self) runs until the round it started is resolved, then at most extra_rounds_ more
 // rounds or steps (requests other receivers queued meanwhile, changes its round left in hand), and
 // goes back to its connections, whose replies wait until it does; the rest is the scheduler
 // thread's. Handing each to that thread cost a wake-up and a hand-off: on the 2-core VM (CPU
 // engine, 8 connections, one request in flight each, 4 alternating runs of 3 s) 32-byte gets went
 // from 70-77 K to 85-91 K ops/s and 50% sets of 512-byte values from 55-65 K to 72-103 K with 2 or 4
-// extra rounds. A pipelined store (the GPU index in cache mode) keeps 0: measured with the
-// scheduler thread running those rounds, not yet with this. Results for `self`'s connections go to
-// `own_done`, the others' to their workers.
+// extra rounds (--receiver-rounds). On the GPU machine's 16 cores (8 receivers, 128 connections)
+// 0 and 4 measured alike with the CPU engine (bench/results/2026-11-29-server-16-cores). A
+// pipelined store (the GPU index in cache mode) keeps 0 by default: it was measured with the
+// scheduler thread running those rounds. Results for `self`'s connections go to `own_done`, the
+// others' to their workers.
 void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done) {
-  constexpr int kExtraRounds = 4;
   running_ = true;
   uint64_t own_round = 0;  // the receiver's round, numbered as runs_ counts them
-  int extra_left = store_.pipelined() ? 0 : kExtraRounds;
+  int extra_left = extra_rounds_;
   for (;;) {
     const bool round_due = due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty());
     const bool in_hand = store_.has_pending();

@@ -100,6 +100,7 @@ class Scheduler {
   kv::KvStore& store_;
   const size_t threshold_;
   const std::chrono::microseconds period_;
+  const int extra_rounds_;  // --receiver-rounds (drain)
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Submission> queue_;

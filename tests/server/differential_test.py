@@ -49,10 +49,12 @@ def normalise(reply):
 
 def run_case(case):
     # Every other case runs with a batch period, so rounds are also formed by the scheduler thread;
-    # every other pair with rounds pipelined (each resolved while the next one's searches run).
+    # every other pair with rounds pipelined (each resolved while the next one's searches run);
+    # every other four with receivers that hand every further round to the scheduler thread.
     timing = ["--batch-period-us", "200", "--batch-size", "64"] if case["index"] % 2 else []
     pipeline = ["--pipeline", "on" if case["index"] // 2 % 2 else "off"]
-    with h.memcached(*case["args"]) as mc, h.gphash_server("-t", "2", *timing, *pipeline, *case["args"]) as gp:
+    rounds = ["--receiver-rounds", "0"] if case["index"] // 4 % 2 else []
+    with h.memcached(*case["args"]) as mc, h.gphash_server("-t", "2", *timing, *pipeline, *rounds, *case["args"]) as gp:
         theirs = h.exchange(mc.port, case["data"], case["sentinel"])
         ours = h.exchange(gp.port, case["data"], case["sentinel"])
     return normalise(theirs), normalise(ours)
