@@ -138,8 +138,9 @@ class CpuTable {
       // A write to a present key finds its copy the way search does, usually in the first bucket
       // or two, without waiting for every candidate bucket: at most one published slot holds a key
       // once recovery ran (docs/FORMAT.md; any other duplicate is damage, which repair drops).
-      // 2-core VM, 4 M 8-byte keys, one thread: deletes 5.5 -> 10.7 M/s; checking the other
-      // buckets for a second copy kept 7.0-7.3. An insert, whose key is usually absent, scans.
+      // 16-core Xeon, 16 M 8-byte keys, 16 threads: deletes 45-48 -> 77-84 M/s, YCSB A 53-57 ->
+      // 65-74 (bench/results/2026-11-29-cpu-engine-writes); on the 2-core VM, checking the other
+      // buckets for a second copy kept under half the gain. An insert (key usually absent) scans.
       SlotRef at;
       if (op != Op::kInsert && find_valid(p, at)) {
         if (op != Op::kErase) return finish(write_value(at, p, value_in, tid, cell));  // update, upsert
