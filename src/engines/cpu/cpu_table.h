@@ -56,7 +56,6 @@ class CpuTable {
     uint64_t published;
   };
 
-  // Trivially constructible on purpose: a Scan holds 32 of them per operation.
   struct SlotRef {
     std::byte* bucket;
     uint32_t level;
@@ -135,29 +134,28 @@ class CpuTable {
       return Outcome::kOk;
     }
     for (;;) {
-      // A write to a present key finds its copy the way search does, usually in the first bucket
-      // or two, without waiting for every candidate bucket: at most one published slot holds a key
-      // once recovery ran (docs/FORMAT.md; any other duplicate is damage, which repair drops).
-      // 16-core Xeon, 16 M 8-byte keys, 16 threads: deletes 45-48 -> 77-84 M/s, YCSB A 53-57 ->
-      // 65-74 (bench/results/2026-11-29-cpu-engine-writes); on the 2-core VM, checking the other
-      // buckets for a second copy kept under half the gain. An insert (key usually absent) scans.
-      SlotRef at;
-      if (op != Op::kInsert && find_valid(p, at)) {
-        if (op != Op::kErase) return finish(write_value(at, p, value_in, tid, cell));  // update, upsert
+      // The key's copy is looked for in valid-copy rank order and the look stops there, usually
+      // after the first bucket or two, without waiting for every candidate bucket's miss: at most
+      // one published slot holds a key once recovery ran (docs/FORMAT.md; any other duplicate is
+      // damage, which repair drops). Only an absent key has every candidate bucket read, which
+      // picks the insert target in the same pass. 16-core Xeon, 16 M 8-byte keys, 16 threads:
+      // deletes 45-48 -> 77-84 M/s, YCSB A 53-57 -> 65-74 against scanning every bucket
+      // (bench/results/2026-11-29-cpu-engine-writes); on the 2-core VM, checking the other
+      // buckets for a second copy kept under half the gain.
+      const Scan s = scan(p, bottom_, top_, /*stop_at_match=*/true);
+      if (s.found) {
+        if (op == Op::kInsert) return finish(Outcome::kExists);
+        if (op != Op::kErase) return finish(write_value(s.match, p, value_in, tid, cell));  // update, upsert
         uint64_t expected = p.published;
-        const uint64_t old_cell = has_heap_ ? Memory::load(value_word(at)) : kNoCell;
-        if (!Memory::cas(state_word(at), expected, format::kSlotEmpty)) continue;  // changed under us: look again
-        mem_.persist(state_word(at), 8);
+        const uint64_t old_cell = has_heap_ ? Memory::load(value_word(s.match)) : kNoCell;
+        if (!Memory::cas(state_word(s.match), expected, format::kSlotEmpty)) continue;  // changed under us: look again
+        mem_.persist(state_word(s.match), 8);
         GPHASH_CRASH_POINT("erase.after_cas");
         if (has_heap_) cells_.release(tid, old_cell);
         --count_delta;
         return finish(Outcome::kOk);
       }
       if (op == Op::kErase || op == Op::kUpdate) return finish(Outcome::kNotFound);
-      const Scan s = scan(p, bottom_, top_);
-      if (s.matches > 1) remove_duplicates(s, p, tid, count_delta);
-      if (s.valid >= 0)
-        return finish(op == Op::kInsert ? Outcome::kExists : write_value(s.match[s.valid], p, value_in, tid, cell));
       if (!s.has_free) return finish(Outcome::kNeedSlot);
       uint64_t word;
       if (has_heap_) {
@@ -181,7 +179,7 @@ class CpuTable {
   // recovery can drop the second copy if a crash leaves both.
   bool displace_for(const Probe& p) {
     return for_each_item_to_displace(p, [&](const SlotRef& from, const Probe& other) {
-      Scan os = scan(other, bottom_, top_);
+      const Scan os = scan(other, bottom_, top_, /*stop_at_match=*/false);  // other's own slot matches
       if (!os.has_free) return false;
       move(from, os.free, other);
       return true;
@@ -367,15 +365,13 @@ class CpuTable {
   }
 
  private:
-  static constexpr int kMaxMatches = L * H * S;
   static constexpr size_t kRehashAhead = 8;
 
   struct Scan {
-    SlotRef match[kMaxMatches];
-    int matches = 0;
-    int valid = -1;  // the preferred copy among the matches
-    SlotRef free;    // first empty slot of the least-loaded candidate bucket
-    bool has_free = false;
+    SlotRef match;          // the key's valid copy (the first in rank order), when found
+    bool found = false;
+    SlotRef free;           // the insert target: first empty slot of the best candidate bucket
+    bool has_free = false;  // (over every candidate bucket only when no copy stopped the scan)
   };
 
   std::byte* bucket(uint32_t level, uint64_t index) const { return levels_[level] + index * Layout::kBytes; }
@@ -424,80 +420,84 @@ class CpuTable {
     return false;
   }
 
-  // Reads all candidate buckets of p in levels [lo, hi]: the copies of p (and the valid one) and
-  // the insert target, by the probe rules (format/probe.h).
-  Scan scan(const Probe& p, uint32_t lo, uint32_t hi) const {
-    Scan r;
-    uint32_t best_score = ~0u;
-    for (uint32_t level = hi + 1; level-- > lo;)
-      for (int j = 0; j < H; ++j) {
-        if (repeated_bucket(p, level, j)) continue;
-        const uint64_t index = format::bucket_at(p.hash[j], level);
-        std::byte* b = bucket(level, index);
-        int load = 0, first_empty = -1;
-        for (int s = 0; s < S; ++s) {
-          SlotRef at{b, level, index, static_cast<uint32_t>(s)};
-          uint64_t state = Memory::load(state_word(at));
-          if (state == format::kSlotEmpty) {
-            if (first_empty < 0) first_empty = s;
-            continue;
-          }
-          ++load;
-          if (state == p.published && key_matches(at, p)) {
-            r.match[r.matches] = at;
-            if (r.valid < 0 || format::preferred_copy(at.address(), r.match[r.valid].address())) r.valid = r.matches;
-            ++r.matches;
-          }
+  // p's candidate buckets in levels [lo, hi] in the order of the valid-copy rank (format/probe.h:
+  // highest level first, then lowest bucket; a bucket two hash functions name is visited once, as
+  // the lower one's): f(level, index, j) until it returns true (then this does too). So the first
+  // copy of p met is the valid one, and a look that stops there reads no further bucket.
+  template <class F>
+  bool for_each_bucket_by_rank(const Probe& p, uint32_t lo, uint32_t hi, F&& f) const {
+    for (uint32_t level = hi + 1; level-- > lo;) {
+      if constexpr (H == 2) {  // the shapes in use: no sort
+        const uint64_t i0 = format::bucket_at(p.hash[0], level), i1 = format::bucket_at(p.hash[1], level);
+        if (i1 < i0) {
+          if (f(level, i1, 1) || f(level, i0, 0)) return true;
+        } else if (f(level, i0, 0) || (i1 != i0 && f(level, i1, 1))) {
+          return true;
         }
-        const uint32_t score = format::target_score(load, static_cast<int>(level - lo), j, static_cast<int>(hi - lo + 1));
-        if (first_empty >= 0 && score < best_score) {
-          best_score = score;
-          r.free = SlotRef{b, level, index, static_cast<uint32_t>(first_empty)};
-          r.has_free = true;
-        }
-      }
-    return r;
-  }
-
-  // Search: the valid copy of p, found by reading the candidate buckets in the order of the
-  // valid-copy rank (format/probe.h: highest level first, then lowest bucket, then lowest slot), so
-  // the first match is the copy scan() would call valid and the rest need not be read. A key in
-  // the top level is found after one or two buckets instead of all L*H; a miss still reads all.
-  bool find_valid(const Probe& p, SlotRef& out) const {
-    for (uint32_t level = top_ + 1; level-- > bottom_;) {
-      uint64_t index[H];
-      for (int j = 0; j < H; ++j) index[j] = format::bucket_at(p.hash[j], level);
-      std::sort(index, index + H);  // a repeated bucket (two hashes, one bucket) is read once below
-      for (int j = 0; j < H; ++j) {
-        if (j > 0 && index[j] == index[j - 1]) continue;
-        std::byte* b = bucket(level, index[j]);
-        for (int s = 0; s < S; ++s) {
-          const SlotRef at{b, level, index[j], static_cast<uint32_t>(s)};
-          if (Memory::load(state_word(at)) == p.published && key_matches(at, p)) {
-            out = at;
-            return true;
-          }
+      } else {
+        struct Candidate {
+          uint64_t index;
+          int j;
+        } c[H];
+        for (int j = 0; j < H; ++j) c[j] = {format::bucket_at(p.hash[j], level), j};
+        std::sort(c, c + H, [](const Candidate& x, const Candidate& y) { return x.index != y.index ? x.index < y.index : x.j < y.j; });
+        for (int k = 0; k < H; ++k) {
+          if (k > 0 && c[k].index == c[k - 1].index) continue;
+          if (f(level, c[k].index, c[k].j)) return true;
         }
       }
     }
     return false;
   }
 
-  // Keeps the preferred copy and empties the others. A duplicate left by an interrupted move
-  // shares its cell with the preferred copy, so only cells nobody else references are freed.
-  void remove_duplicates(const Scan& s, const Probe& p, int tid, int64_t& count_delta) {
-    const SlotRef& keep = s.match[s.valid];
-    const uint64_t keep_cell = has_heap_ ? Memory::load(value_word(keep)) : kNoCell;
-    for (int i = 0; i < s.matches; ++i) {
-      if (i == s.valid) continue;
-      const SlotRef& dup = s.match[i];
-      uint64_t expected = p.published;
-      const uint64_t cell = has_heap_ ? Memory::load(value_word(dup)) : kNoCell;
-      if (!Memory::cas(state_word(dup), expected, format::kSlotEmpty)) continue;
-      mem_.persist(state_word(dup), 8);
-      if (has_heap_ && cell != keep_cell) cells_.release(tid, cell);
-      --count_delta;
-    }
+  // Reads p's candidate buckets in levels [lo, hi] for its valid copy and the insert target (by
+  // the probe rules, format/probe.h). With stop_at_match it stops at the copy, and `free` is then
+  // the best target among the buckets read so far only.
+  Scan scan(const Probe& p, uint32_t lo, uint32_t hi, bool stop_at_match) const {
+    Scan r;
+    uint32_t best_score = ~0u;
+    for_each_bucket_by_rank(p, lo, hi, [&](uint32_t level, uint64_t index, int j) {
+      std::byte* b = bucket(level, index);
+      int load = 0, first_empty = -1;
+      for (int s = 0; s < S; ++s) {
+        const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+        const uint64_t state = Memory::load(state_word(at));
+        if (state == format::kSlotEmpty) {
+          if (first_empty < 0) first_empty = s;
+          continue;
+        }
+        ++load;
+        if (!r.found && state == p.published && key_matches(at, p)) {
+          r.match = at;
+          r.found = true;
+          if (stop_at_match) return true;
+        }
+      }
+      const uint32_t score = format::target_score(load, static_cast<int>(level - lo), j, static_cast<int>(hi - lo + 1));
+      if (first_empty >= 0 && score < best_score) {
+        best_score = score;
+        r.free = SlotRef{b, level, index, static_cast<uint32_t>(first_empty)};
+        r.has_free = true;
+      }
+      return false;
+    });
+    return r;
+  }
+
+  // Search: the valid copy of p (scan() without the target's bookkeeping). A key in the top level
+  // is found after one or two buckets instead of all L*H; a miss reads all.
+  bool find_valid(const Probe& p, SlotRef& out) const {
+    return for_each_bucket_by_rank(p, bottom_, top_, [&](uint32_t level, uint64_t index, int) {
+      std::byte* b = bucket(level, index);
+      for (int s = 0; s < S; ++s) {
+        const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+        if (Memory::load(state_word(at)) == p.published && key_matches(at, p)) {
+          out = at;
+          return true;
+        }
+      }
+      return false;
+    });
   }
 
   uint64_t inline_word(const std::byte* value) const {
@@ -592,8 +592,8 @@ class CpuTable {
   // Resize helper: puts `item` into the levels above the bottom unless a copy is already there.
   bool copy_up(const SlotRef& from, const Probe& item) {
     for (;;) {
-      Scan s = scan(item, bottom_ + 1, highest_);
-      if (s.matches > 0) return true;  // copied by an interrupted earlier attempt
+      const Scan s = scan(item, bottom_ + 1, highest_, /*stop_at_match=*/true);
+      if (s.found) return true;  // copied by an interrupted earlier attempt
       if (!s.has_free) return false;
       uint64_t expected = format::kSlotEmpty;
       if (!Memory::cas(state_word(s.free), expected, format::kSlotInserting)) continue;
