@@ -138,10 +138,11 @@ class CpuTable {
       // after the first bucket or two, without waiting for every candidate bucket's miss: at most
       // one published slot holds a key once recovery ran (docs/FORMAT.md; any other duplicate is
       // damage, which repair drops). Only an absent key has every candidate bucket read, which
-      // picks the insert target in the same pass. 16-core Xeon, 16 M 8-byte keys, 16 threads:
-      // deletes 45-48 -> 77-84 M/s, YCSB A 53-57 -> 65-74 against scanning every bucket
-      // (bench/results/2026-11-29-cpu-engine-writes); on the 2-core VM, checking the other
-      // buckets for a second copy kept under half the gain.
+      // picks the insert target in the same pass. Stopping at the copy, 16-core Xeon, 16 M 8-byte
+      // keys, 16 threads: deletes 45-48 -> 77-84 M/s, YCSB A 53-57 -> 65-74 against scanning every
+      // bucket (bench/results/2026-11-29-cpu-engine-writes, measured with a find_valid pass before
+      // the scan; the one pass was measured on the 2-core VM only); checking the other buckets for
+      // a second copy kept under half the gain.
       const Scan s = scan(p, bottom_, top_, /*stop_at_match=*/true);
       if (s.found) {
         if (op == Op::kInsert) return finish(Outcome::kExists);
