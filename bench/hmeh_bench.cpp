@@ -229,6 +229,8 @@ json throughput(const Settings& s, const std::vector<std::string>& engines, cons
       const TableInfo info = table.info();
       row["load_factor"] = info.load_factor;
       row["grows"] = info.resizes;
+      row["displacements"] = info.displacements;
+      row["resize_seconds"] = info.resize_seconds;
       wrong = 0;
       record("search", run_op(s, execute, Op::kSearch, shuffle, OpStatus::kOk, &wrong), wrong);
       wrong = 0;

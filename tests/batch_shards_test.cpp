@@ -90,5 +90,22 @@ TEST(BatchShards, SearchesByOwnerAndBatchesThatWriteGoToTheirKeysOwners) {
   expect_every_operation_once_in_order(s, true);
 }
 
+// adds(): the inserts and upserts, which bound how many items a batch adds (the CPU engine grows
+// the table by it before the batch runs).
+TEST(BatchShards, CountsTheOperationsThatMayAddAnItem) {
+  Fixture f;
+  for (size_t i = 0; i < kOps; ++i) f.ops[i] = i % 5 == 0 ? Op::kInsert : i % 5 == 1 ? Op::kUpsert : i % 5 == 2 ? Op::kUpdate : Op::kErase;
+  for (int threads : {1, kThreads}) {
+    BatchShards mixed(f.batch(true), threads, run_serially, owner_of);
+    EXPECT_EQ(mixed.adds(), 2 * kOps / 5) << threads << " threads";
+    for (Op op : {Op::kInsert, Op::kUpsert, Op::kUpdate, Op::kSearch}) {
+      Batch b = f.batch(false);
+      b.op = op;
+      BatchShards one_op(b, threads, run_serially, owner_of, BatchShards::Searches::kInOrder);
+      EXPECT_EQ(one_op.adds(), op == Op::kInsert || op == Op::kUpsert ? kOps : 0) << threads << " threads";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gphash::engine

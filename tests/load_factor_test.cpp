@@ -60,5 +60,50 @@ TEST(LoadFactor, OtherShapesFillWell) {
   }
 }
 
+// Runs one batch of `n` operations `op` on keys first..first+n-1 (values = keys).
+void run_batch(Table& table, Op op, uint64_t first, size_t n) {
+  std::vector<uint64_t> keys(n);
+  std::vector<OpStatus> status(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = first + i;
+  Batch b;
+  b.size = n;
+  b.key_width = 8;
+  b.value_width = 8;
+  b.op = op;
+  b.keys = keys.data();
+  b.values = keys.data();
+  b.status = status.data();
+  table.execute(b);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(status[i], OpStatus::kOk) << "operation " << i;
+}
+
+// The CPU engine grows a table before a batch whose inserts would pass the maximum load factor, so
+// they never meet a nearly full table: a batch of 8x the capacity ends at about half full after
+// its resizes, with no displacement.
+TEST(LoadFactor, BatchOfInsertsGrowsTheTableBeforeItRuns) {
+  testing::TempPool pool("grow");
+  Table table = Table::create(pool.path(), {8, 8, {2, 2, 8}, 1 << 14, 7});
+  const uint64_t slots = table.info().slots;
+  run_batch(table, Op::kInsert, 1, 8 * slots);
+  const TableInfo info = table.info();
+  EXPECT_EQ(info.items, 8 * slots);
+  EXPECT_GE(info.resizes, 3u);
+  EXPECT_LE(info.load_factor, 0.95);
+  EXPECT_EQ(info.displacements, 0u) << "load factor " << info.load_factor;
+}
+
+// Updates add no item, so a batch of them does not grow a nearly full table, however large.
+TEST(LoadFactor, BatchOfUpdatesDoesNotGrowTheTable) {
+  testing::TempPool pool("updates");
+  Table table = Table::create(pool.path(), {8, 8, {2, 2, 8}, 1 << 14, 7});
+  const uint64_t slots = table.info().slots;
+  const uint64_t items = slots * 85 / 100;
+  run_batch(table, Op::kInsert, 1, items);
+  const uint64_t resizes = table.info().resizes;
+  run_batch(table, Op::kUpdate, 1, items);
+  EXPECT_EQ(table.info().resizes, resizes);
+  EXPECT_EQ(table.info().slots, slots);
+}
+
 }  // namespace
 }  // namespace gphash

@@ -52,7 +52,8 @@ class BatchShards {
     const size_t n = b.size;
     if (threads_ == 1) {
       end_[0] = n;
-      writes_ = has_write(0, n);
+      adds_ = count_adds(0, n);
+      writes_ = adds_ > 0 || has_write(0, n);
       return;
     }
     if (searches == Searches::kInOrder && !(b.ops ? any_write(run) : b.op != Op::kSearch)) {
@@ -65,19 +66,26 @@ class BatchShards {
     const size_t t2 = static_cast<size_t>(threads_) * threads_;
     std::vector<size_t> cursor(t2);  // [t][s]: where thread t's first operation for shard s goes
     std::vector<uint8_t> wrote(threads_);
+    std::vector<size_t> adds(threads_);
     run(threads_, [&](int t) {
       std::vector<size_t> count(threads_, 0);
       const Op* ops = b.ops;
       bool w = !ops && b.op != Op::kSearch;
+      size_t a = 0;
       for (size_t i = first(t), last = first(t + 1); i < last; ++i) {
         const uint32_t s = owner(i);
         owners[i] = static_cast<uint8_t>(s);
         ++count[s];
-        if (ops) w |= ops[i] != Op::kSearch;
+        if (ops) {
+          w |= ops[i] != Op::kSearch;
+          a += adds_item(ops[i]);
+        }
       }
       std::copy(count.begin(), count.end(), cursor.begin() + static_cast<ptrdiff_t>(t) * threads_);
       wrote[t] = w;
+      adds[t] = ops ? a : (adds_item(b.op) ? first(t + 1) - first(t) : 0);
     });
+    for (size_t a : adds) adds_ += a;
     size_t pos = 0;
     for (int s = 0; s < threads_; ++s) {
       next_[s] = pos;
@@ -112,6 +120,8 @@ class BatchShards {
   size_t index(size_t p) const { return order_ ? order_[p] : p; }
   // Whether any operation is not a search (the batch needs its durability point).
   bool writes() const { return writes_; }
+  // How many operations may add an item (inserts and upserts): a bound on the batch's growth.
+  size_t adds() const { return adds_; }
 
   // Where the result of the operation at position p goes.
   OpStatus& status(size_t p) const { return b_.status[index(p)]; }
@@ -120,6 +130,7 @@ class BatchShards {
   }
 
   static Op op_of(const Batch& b, size_t i) { return b.ops ? b.ops[i] : b.op; }
+  static bool adds_item(Op op) { return op == Op::kInsert || op == Op::kUpsert; }
 
  private:
   // Thread t's contiguous share of the batch, for the passes in batch order. (Loops take it once:
@@ -135,6 +146,12 @@ class BatchShards {
     run(threads_, [&](int t) { wrote[t] = has_write(first(t), first(t + 1)); });
     return std::find(wrote.begin(), wrote.end(), 1) != wrote.end();
   }
+  size_t count_adds(size_t begin, size_t end) const {
+    if (!b_.ops) return adds_item(b_.op) ? end - begin : 0;
+    size_t a = 0;
+    for (size_t i = begin; i < end; ++i) a += adds_item(b_.ops[i]);
+    return a;
+  }
   bool has_write(size_t begin, size_t end) const {
     if (!b_.ops) return b_.op != Op::kSearch;
     for (size_t i = begin; i < end; ++i)
@@ -146,6 +163,7 @@ class BatchShards {
   int threads_;
   std::vector<size_t> next_, end_;
   bool writes_ = false;
+  size_t adds_ = 0;
   uint32_t* order_ = nullptr;  // position -> operation; null on one thread
   // Where the arrays live: the calling thread's reused block, or one of this batch's own.
   struct Scratch {
