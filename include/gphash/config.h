@@ -99,7 +99,9 @@ struct OpenOptions {
   bool auto_resize = true;      // grow the table when an insert finds no free slot
   // Up to this load factor an insert that finds no free slot first tries to move one item aside
   // (displacement); past it, the table resizes at once. Displacement is exclusive work, so this
-  // bounds how much of it a nearly full table does.
+  // bounds how much of it a nearly full table does. The CPU engine also resizes before a batch
+  // whose inserts and upserts would take the table past it (an upsert of a present key adds
+  // nothing, so a large batch of them may grow a table that was within the batch's size of it).
   double max_load_factor = 0.95;
   uint64_t max_pool_bytes = 0;  // 0: limited by the file system only
   bool replace = false;         // create: replace an existing pool at the path (refused while it is open)
