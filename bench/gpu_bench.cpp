@@ -595,6 +595,7 @@ struct GpuBatchesSpec {
   std::string devices;  // a sharded table over these GPUs (--devices 0,1); empty: one table on GPU 0
   double cache_fraction = 0.2, theta = 0.99;
   uint64_t records = 0, operations = 0, capacity = 0, cache_reload = 0;  // cache_reload 0: the default
+  uint64_t reserve_pool_bytes = 0;
   size_t batch = 0;
   uint32_t key_width = 8, value_width = 8;
   std::string workloads = "load,search,negative-search,update,a,b,c,f,delete";
@@ -614,6 +615,7 @@ OpenOptions options_of(const GpuBatchesSpec& g) {
     if (g.cache_reload) o.cache.reload_operations = g.cache_reload;
   }  // else the CPU engine on all cores
   if (!g.devices.empty()) o.shards = cli::shard_list(0, g.devices);
+  o.reserve_pool_bytes = g.reserve_pool_bytes;
   o.replace = true;
   return o;
 }
@@ -806,6 +808,7 @@ int main(int argc, char** argv) {
   g->add_option("--theta", gb.theta)->capture_default_str();
   g->add_option("--operations", gb.operations, "operations per workload (0 = records)");
   g->add_option("--capacity", gb.capacity, "items before the first resize (0 = records / 16)");
+  g->add_option("--reserve-pool-bytes", gb.reserve_pool_bytes, "file space the pool gets at creation (0 = none)");
   app.add_option("--cache-value-widths", cache_values)->capture_default_str();
   app.add_option("--cache-batches", cache_batches)->capture_default_str();
   app.add_option("--small-sizes", small_sizes)->capture_default_str();

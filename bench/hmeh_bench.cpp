@@ -92,6 +92,7 @@ struct Settings {
   std::string dir = "/dev/shm";
   uint64_t seed = 1;
   bool force_flush = false;  // throughput: cache-line write-back as the persist barrier
+  uint64_t reserve = 0;      // throughput: OpenOptions::reserve_pool_bytes of the pools
 };
 
 // A pool path removed (with leftovers of a killed create) when it goes out of scope.
@@ -211,12 +212,13 @@ json throughput(const Settings& s, const std::vector<std::string>& engines, cons
       ScratchPool pool(s, engine);
       OpenOptions o;
       o.threads = static_cast<int>(t);
+      o.reserve_pool_bytes = s.reserve;
       Table::create(pool.path(), config_for(s, engine), o).close();
       o.force_flush = s.force_flush;  // an open option: create, then open with it
       Table table = Table::open(pool.path(), o);
       auto execute = [&](const Batch& b) { table.execute(b); };
       json row = {{"engine", engine}, {"threads", t}, {"records", s.records},
-                  {"persist", s.force_flush ? "clwb+sfence" : "fence"}};
+                  {"persist", s.force_flush ? "clwb+sfence" : "fence"}, {"reserve_pool_bytes", s.reserve}};
       auto record = [&](const char* name, double seconds, uint64_t wrong) {
         const double mops = static_cast<double>(s.records) / seconds / 1e6;
         row[name] = {{"mops", mops}, {"seconds", seconds}, {"wrong_status", wrong}};
@@ -449,6 +451,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", repeat, "opens per recovery figure (the median is reported)")->check(CLI::Range(1, 100));
   app.add_option("--dir", s.dir, "folder of the pools (a tmpfs: emulated persistent memory)");
   app.add_option("--seed", s.seed);
+  app.add_option("--reserve-pool-bytes", s.reserve,
+                 "throughput: file space each pool gets at creation, as a PMDK pool's size (0 = none)");
   app.add_flag("--force-flush", s.force_flush,
                "throughput: persist with cache-line write-back and a fence (the persistent-memory path) "
                "instead of the /dev/shm default (fences only)");

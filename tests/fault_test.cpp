@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,29 @@ void expect_full_pool_intact(const std::string& dir, uint32_t value_width, OpSta
     run(t, Op::kErase, some);
     EXPECT_EQ(run(t, Op::kInsert, some)[0], OpStatus::kOk);
   }
+  std::remove(path.c_str());
+}
+
+// A reservation the file system cannot hold fails the create, typed, and leaves no file.
+TEST(FullFileSystem, ReservationLargerThanTheFileSystemIsRefusedAtCreate) {
+  if (small_tmpfs().empty()) GTEST_SKIP() << "run through tests/small_tmpfs.sh";
+  const std::string path = small_tmpfs() + "/reserve";
+  OpenOptions o;
+  o.reserve_pool_bytes = uint64_t{64} << 20;  // the file system has 24 MiB
+  try {
+    Table::create(path, {8, 8, {}, 1024, 11}, o);
+    ADD_FAILURE() << "a 64 MiB reservation on a 24 MiB file system was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNoSpace) << e.what();
+    EXPECT_EQ(e.field(), "reserve_pool_bytes");
+  }
+  const std::string dir = small_tmpfs();
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 0)
+      << "the refused create left a file";
+  o.reserve_pool_bytes = uint64_t{8} << 20;  // one that fits is taken
+  Table t = Table::create(path, {8, 8, {}, 1024, 11}, o);
+  EXPECT_EQ(run(t, Op::kInsert, key_range(1, 1000))[0], OpStatus::kOk);
+  t.close();
   std::remove(path.c_str());
 }
 

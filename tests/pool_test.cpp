@@ -306,6 +306,44 @@ TEST(PoolErrors, BadConfigurationsNameTheFieldAndLeaveNoFile) {
   EXPECT_EQ(parse_shape("4L-2H-4S"), (TableShape{4, 2, 4}));
 }
 
+// Bytes the file system has allocated for a file (its blocks), whatever its size says.
+uint64_t allocated_bytes(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(stat(path.c_str(), &st), 0) << path;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+// OpenOptions::reserve_pool_bytes: the file gets its blocks at create, beyond its size, and the
+// table grows into them without allocating more; a reservation over max_pool_bytes is refused.
+TEST(PoolReservation, CreateAllocatesTheSpaceAndGrowthUsesIt) {
+  constexpr uint64_t kReserve = uint64_t{64} << 20;
+  TempPool pool("reserve");
+  OpenOptions o;
+  o.reserve_pool_bytes = kReserve;
+  Table t = Table::create(pool.path(), {8, 8, {}, 1024, 1}, o);
+  const uint64_t size_at_create = fs::file_size(pool.path());
+  EXPECT_LT(size_at_create, kReserve / 4);
+  EXPECT_GE(allocated_bytes(pool.path()), kReserve);
+  const auto keys = key_range(1, 200000);  // eight resizes
+  const auto st = run(t, Op::kInsert, keys);
+  for (size_t i = 0; i < keys.size(); ++i) ASSERT_EQ(st[i], OpStatus::kOk) << i;
+  EXPECT_GT(t.info().resizes, 0u);
+  EXPECT_GT(fs::file_size(pool.path()), 4 * size_at_create);
+  EXPECT_LE(allocated_bytes(pool.path()), kReserve + (uint64_t{1} << 20)) << "growth allocated beyond the reservation";
+  expect_present(t, keys);
+  t.close();
+  Table again = Table::open(pool.path());
+  EXPECT_EQ(again.size(), keys.size());
+
+  TempPool refused("reserve-over-limit");
+  OpenOptions over;
+  over.max_pool_bytes = uint64_t{32} << 20;
+  over.reserve_pool_bytes = uint64_t{33} << 20;
+  expect_error([&] { Table::create(refused.path(), {8, 8, {}, 1024, 1}, over); }, ErrorCode::kInvalidArgument,
+               "reserve_pool_bytes", "reserve over max");
+  EXPECT_FALSE(fs::exists(refused.path()));
+}
+
 // The size of a pool created with `config`, before any insert.
 uint64_t initial_pool_bytes(const TableConfig& config) {
   Table probe = Table::create("mem:", config);

@@ -41,6 +41,7 @@ OpenOptions options_of(const EngineFlags& f) {
   o.placement = f.placement == "gpu-memory" ? Placement::kGpuMemory : Placement::kHostMapped;
   o.threads = f.threads;
   o.max_pool_bytes = f.max_pool_bytes;
+  o.reserve_pool_bytes = f.reserve_pool_bytes;
   o.pool_file_mode = f.mode;
   o.snapshots = f.snapshots;
   o.shards = shard_list(f.shards, f.devices);
@@ -446,6 +447,7 @@ void Cli::add_engine(CLI::App* app) {
                   "GPU engine kernels (to measure the design): warp-cooperative through the tag mirror (default), "
                   "warp-cooperative reading the slots, or one thread per operation (the naive port)");
   options_.number(app, "--max-pool-bytes", eng_.max_pool_bytes, 0, kMaxPoolBytes, "Limit the pool's size (0 = no limit)");
+  options_.number(app, "--reserve-pool-bytes", eng_.reserve_pool_bytes, 0, kMaxPoolBytes, kReserveHelp);
   options_.file_mode(app, "--mode", eng_.mode, "Permissions of a pool file this command creates (default 0600)");
   add_snapshot_options(app, options_, eng_.snapshots);
   options_.number(app, "--shards", eng_.shards, 1, 1024,
@@ -488,6 +490,7 @@ Cli::Cli() : app_("gphash: a persistent GPU hash index and key-value store.\n"
   add_pool_config(create_);
   options_.flag(create_, "--replace", replace_, "Replace an existing pool at the path (refused while it is open)");
   options_.number(create_, "--max-pool-bytes", eng_.max_pool_bytes, 0, kMaxPoolBytes, "Limit the pool's size (0 = no limit)");
+  options_.number(create_, "--reserve-pool-bytes", eng_.reserve_pool_bytes, 0, kMaxPoolBytes, kReserveHelp);
   options_.file_mode(create_, "--mode", eng_.mode, "Permissions of the pool file (default 0600)");
 
   info_ = app_.add_subcommand("info", "Show a pool's header (works while a writer has the pool open)");

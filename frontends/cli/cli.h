@@ -26,6 +26,8 @@ inline constexpr uint64_t kMaxRecords = uint64_t{1} << 36;     // TableConfig::c
 inline constexpr uint64_t kMaxOperations = uint64_t{1} << 40;
 inline constexpr uint64_t kMaxBatch = uint64_t{1} << 24;
 inline constexpr uint64_t kMaxPoolBytes = uint64_t{1} << 44;   // 16 TiB
+inline constexpr char kReserveHelp[] =
+    "Allocate this much file space when the pool is created, for its growth (faster resizes; 0 = none)";
 
 struct PoolConfigFlags {
   uint32_t key_width = 8;
@@ -45,6 +47,7 @@ struct EngineFlags {
   std::string placement = "mapped";
   int threads = 0;
   uint64_t max_pool_bytes = 0;
+  uint64_t reserve_pool_bytes = 0;
   uint32_t mode = 0600;
   SnapshotOptions snapshots;
   uint32_t shards = 0;  // --shards N: N shards, every one on GPU 0 (GPU engine)

@@ -104,6 +104,12 @@ struct OpenOptions {
   // nothing, so a large batch of them may grow a table that was within the batch's size of it).
   double max_load_factor = 0.95;
   uint64_t max_pool_bytes = 0;  // 0: limited by the file system only
+  // create: file space allocated for the pool up front (as a PMDK pool's size): the table's
+  // resizes and heap growth up to it take memory the file has, which is faster (a 16-thread load
+  // of 16 M keys into a growing table spent most of its resize time faulting new pages in), and a
+  // file system too small for it is an error at create. The pool's size still grows as it needs.
+  // A sharded table reserves this much for each shard's pool.
+  uint64_t reserve_pool_bytes = 0;
   bool replace = false;         // create: replace an existing pool at the path (refused while it is open)
   uint32_t pool_file_mode = 0600;  // create: permissions of the pool file (exactly these, whatever the umask)
   // Use cache-line flushes as the persist barrier even on shared memory: exercises the code

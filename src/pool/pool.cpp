@@ -273,6 +273,7 @@ std::unique_ptr<Pool> Pool::create(const std::string& spec, const CreateOptions&
   if (align_log2 == 0) align_log2 = loc.kind == PoolKind::kHugetlbfs ? static_cast<uint32_t>(__builtin_ctzll(block)) : 12;
   pool->header_.extent_align_log2 = align_log2;
   uint64_t reserve = options.max_size ? align_up(options.max_size, kBaseAlign) : kDefaultReserve;
+  if (options.reserve_bytes) pool->reserve_file_space(std::min(options.reserve_bytes, reserve));
   pool->map_file(reserve);
   pool->grow_file(align_up(format::kReservedPrefixBytes, uint64_t{1} << align_log2));
   pool->header_.pool_used = format::kReservedPrefixBytes;
@@ -362,14 +363,17 @@ void Pool::map_file(uint64_t reserve_bytes) {
 namespace {
 
 // Faults in (allocating) the pages of a shared mapping for writing, in slices of at least 8 MiB
-// on up to 16 threads. Returns 0 or the first error (EFAULT: the file system is full). With 64 MiB
+// on up to 4 threads. Returns 0 or the first error (EFAULT: the file system is full). With 64 MiB
 // slices the CPU engine's resizes populated each new level on 1 to 4 threads; on 8 MiB slices the
-// eight of a 16-thread load of 16 M keys took 0.164-0.173 -> 0.131-0.142 s (16-core Xeon; the
-// largest, 256 MiB, 0.051-0.056 -> 0.058-0.066: page faults into one file contend in the kernel).
+// eight of a 16-thread load of 16 M keys took 0.164-0.173 -> 0.131-0.142 s (16-core Xeon). More
+// than 4 threads contend in the kernel (page faults into one file): 1 GiB of tmpfs on that
+// machine took 0.653 / 0.189 / 0.214 / 0.216 s on 1 / 4 / 8 / 16 threads, and pages the file
+// already had (CreateOptions::reserve_bytes) 0.251 / 0.085 / 0.200 / 0.232 s
+// (bench/results/2026-11-29-pool-reservation).
 int populate_pages(std::byte* p, uint64_t bytes) {
   constexpr uint64_t kSlice = uint64_t{8} << 20;
   const unsigned threads = static_cast<unsigned>(
-      std::clamp<uint64_t>(bytes / kSlice, 1, std::min(16u, std::max(1u, std::thread::hardware_concurrency()))));
+      std::clamp<uint64_t>(bytes / kSlice, 1, std::min(4u, std::max(1u, std::thread::hardware_concurrency()))));
   const uint64_t step = (bytes / threads + 4095) / 4096 * 4096;
   std::atomic<int> error{0};
   auto slice = [&](unsigned i) {
@@ -387,6 +391,22 @@ int populate_pages(std::byte* p, uint64_t bytes) {
 }
 
 }  // namespace
+
+// CreateOptions::reserve_bytes: the file's blocks for its first `bytes`, allocated now and kept
+// beyond its size (KEEP_SIZE), so grow_file() maps memory the file already has.
+void Pool::reserve_file_space(uint64_t bytes) {
+  if (fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes)) == 0) return;
+  const int err = errno;
+  if (err == ENOSPC)
+    throw Error(ErrorCode::kNoSpace,
+                fmt::format("cannot reserve {} bytes for pool {}: its file system is full", bytes, path_), "reserve_pool_bytes");
+  if (err == EOPNOTSUPP)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("the file system of pool {} cannot reserve space (fallocate): create it without a reservation",
+                            path_),
+                "reserve_pool_bytes");
+  io_error("cannot reserve space for pool", path_, err);
+}
 
 void Pool::grow_file(uint64_t new_size, Populate populate) {
   if (new_size <= file_size_) return;

@@ -44,6 +44,10 @@ struct CreateOptions {
   // this one) has open is never replaced (kPoolInUse).
   bool replace = false;
   uint32_t file_mode = 0600;   // permissions of the new file (set exactly, whatever the umask)
+  // File space allocated at creation for the pool to grow into, as a PMDK pool's size is: growth
+  // up to it takes memory the file already has (faster, and a full file system is found now, not
+  // at a later growth). The file's size stays the pool's; 0: none.
+  uint64_t reserve_bytes = 0;
 };
 
 struct OpenOptions {
@@ -149,6 +153,7 @@ class Pool {
   Pool() = default;
   void map_file(uint64_t reserve_bytes);
   void grow_file(uint64_t new_size, Populate populate = Populate::kNow);
+  void reserve_file_space(uint64_t bytes);
 
   int fd_ = -1;
   std::unique_ptr<class OpenRegistration> registration_;  // this process's record that it has the pool open

@@ -61,6 +61,10 @@ void check_options(const OpenOptions& o) {
   if (o.threads < 0 || o.threads > kMaxThreads)
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("threads {} is not in 0..{} (0 = all hardware threads)", o.threads, kMaxThreads), "threads");
+  if (o.max_pool_bytes && o.reserve_pool_bytes > o.max_pool_bytes)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("reserve_pool_bytes {} is over max_pool_bytes {}", o.reserve_pool_bytes, o.max_pool_bytes),
+                "reserve_pool_bytes");
   if (!(o.max_load_factor > 0 && o.max_load_factor <= 1))
     throw Error(ErrorCode::kInvalidArgument, fmt::format("max_load_factor {} is not in (0, 1]", o.max_load_factor),
                 "max_load_factor");
@@ -161,7 +165,8 @@ std::unique_ptr<Table::Impl> Table::Impl::create_pool(const std::string& pool_sp
                                                       const OpenOptions& options, const Member& member) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->pool = pool::Pool::create(pool_spec, {options.max_pool_bytes, 0, options.replace, options.pool_file_mode});
+  impl->pool = pool::Pool::create(
+      pool_spec, {options.max_pool_bytes, 0, options.replace, options.pool_file_mode, options.reserve_pool_bytes});
   if (config.index == IndexKind::kHmeh)
     hmeh::initialize(*impl->pool, config);
   else
