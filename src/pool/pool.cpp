@@ -273,7 +273,12 @@ std::unique_ptr<Pool> Pool::create(const std::string& spec, const CreateOptions&
   if (align_log2 == 0) align_log2 = loc.kind == PoolKind::kHugetlbfs ? static_cast<uint32_t>(__builtin_ctzll(block)) : 12;
   pool->header_.extent_align_log2 = align_log2;
   uint64_t reserve = options.max_size ? align_up(options.max_size, kBaseAlign) : kDefaultReserve;
-  if (options.reserve_bytes) pool->reserve_file_space(std::min(options.reserve_bytes, reserve));
+  if (options.reserve_bytes > reserve)
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("reserve_pool_bytes {} is over the largest size pool {} can have ({} bytes)",
+                            options.reserve_bytes, pool->path_, reserve),
+                "reserve_pool_bytes");
+  if (options.reserve_bytes) pool->reserve_file_space(options.reserve_bytes);
   pool->map_file(reserve);
   pool->grow_file(align_up(format::kReservedPrefixBytes, uint64_t{1} << align_log2));
   pool->header_.pool_used = format::kReservedPrefixBytes;
