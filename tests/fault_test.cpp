@@ -30,9 +30,10 @@ struct Filled {
 };
 
 Filled fill_until_full(const std::string& path, uint32_t value_width, EngineKind engine,
-                       IndexKind index = IndexKind::kGphash) {
+                       IndexKind index = IndexKind::kGphash, uint64_t reserve = 0) {
   OpenOptions o;
   o.engine = engine;
+  o.reserve_pool_bytes = reserve;
   TableConfig config{8, value_width, {}, 1024, 11};
   config.index = index;
   Table t = Table::create(path, config, o);
@@ -51,9 +52,9 @@ Filled fill_until_full(const std::string& path, uint32_t value_width, EngineKind
 }
 
 void expect_full_pool_intact(const std::string& dir, uint32_t value_width, OpStatus expected_failure,
-                             IndexKind index = IndexKind::kGphash) {
+                             IndexKind index = IndexKind::kGphash, uint64_t reserve = 0) {
   const std::string path = dir + "/fault-" + std::to_string(value_width);
-  const Filled f = fill_until_full(path, value_width, EngineKind::kCpu, index);
+  const Filled f = fill_until_full(path, value_width, EngineKind::kCpu, index, reserve);
   EXPECT_EQ(f.failure, expected_failure) << to_string(f.failure);
   ASSERT_GT(f.acknowledged.size(), 1000u);
   const CheckResult c = Table::check_pool(path);
@@ -98,6 +99,13 @@ TEST(FullFileSystem, ReservationLargerThanTheFileSystemIsRefusedAtCreate) {
 TEST(FullFileSystem, ResizeThatFindsNoSpaceFailsOnlyTheInsertsThatNeedIt) {
   if (small_tmpfs().empty()) GTEST_SKIP() << "run through tests/small_tmpfs.sh";
   expect_full_pool_intact(small_tmpfs(), 8, OpStatus::kTableFull);
+}
+
+// A pool that outgrows its reservation finds the full file system at the growth, as one without
+// does: a per-operation status, never a SIGBUS at a later store.
+TEST(FullFileSystem, GrowthPastAReservationFailsOnlyTheWritesThatNeedIt) {
+  if (small_tmpfs().empty()) GTEST_SKIP() << "run through tests/small_tmpfs.sh";
+  expect_full_pool_intact(small_tmpfs(), 512, OpStatus::kHeapFull, IndexKind::kGphash, uint64_t{6} << 20);
 }
 
 TEST(FullFileSystem, HeapGrowthThatFindsNoSpaceFailsOnlyTheWritesThatNeedIt) {
