@@ -413,6 +413,17 @@ void Pool::reserve_file_space(uint64_t bytes) {
   io_error("cannot reserve space for pool", path_, err);
 }
 
+// Whether the file has every page of [0, end) past its current size, from a reservation. Its blocks
+// lie in [0, max(reservation, size)): only reserve_file_space() allocates past the size, and only
+// released extents, below the size, are punched out. So blocks for `end` bytes or more, with `end`
+// past the size, mean the reservation reaches `end` and the file has every page from its size to
+// `end`. (SEEK_HOLE and mincore cannot tell: on tmpfs a reserved page nobody wrote is a hole to
+// both.) A copy of the file lacks the reservation, and then its blocks say so.
+bool Pool::reserved_through(uint64_t end) const {
+  struct stat st {};
+  return fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= end;
+}
+
 void Pool::grow_file(uint64_t new_size, Populate populate) {
   if (new_size <= file_size_) return;
   if (read_only_ || copy_on_write_)
@@ -430,7 +441,8 @@ void Pool::grow_file(uint64_t new_size, Populate populate) {
   if ((kind_ == PoolKind::kShm || kind_ == PoolKind::kMemory) && ftruncate(fd_, static_cast<off_t>(new_size)) == 0) {
     if (mmap(grown, added, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(old_size)) == MAP_FAILED)
       io_error("cannot map the grown part of pool", path_, errno);
-    const int err = populate == Populate::kByCaller ? 0 : populate_pages(grown, added);
+    const bool skip = populate == Populate::kByCaller || (populate == Populate::kUnlessReserved && reserved_through(new_size));
+    const int err = skip ? 0 : populate_pages(grown, added);
     if (err == 0) {
       file_size_ = new_size;
       return;

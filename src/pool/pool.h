@@ -120,9 +120,11 @@ class Pool {
   void write_initial_header(format::PoolHeader h);
 
   // When a new extent's pages get their memory on tmpfs and memory pools: at once, from several
-  // threads (the default), or kByCaller: the caller populates each part before its first write.
+  // threads (the default); kByCaller: the caller populates each part before its first write; or
+  // kUnlessReserved: as kNow, unless the extent lies in the pool's reservation
+  // (CreateOptions::reserve_bytes), whose pages the file has: those are mapped by their first use.
   // Either way a full file system is a kNoSpace error, never a SIGBUS on a later store.
-  enum class Populate { kNow, kByCaller };
+  enum class Populate { kNow, kByCaller, kUnlessReserved };
   // Appends a zero-filled, mapped extent of `bytes` and records it in h.pool_used / h.pool_size
   // (the caller persists the header afterwards). Throws kNoSpace when the pool cannot grow.
   uint64_t allocate_extent(format::PoolHeader& h, uint64_t bytes, Populate populate = Populate::kNow);
@@ -154,6 +156,7 @@ class Pool {
   void map_file(uint64_t reserve_bytes);
   void grow_file(uint64_t new_size, Populate populate = Populate::kNow);
   void reserve_file_space(uint64_t bytes);
+  bool reserved_through(uint64_t end) const;
 
   int fd_ = -1;
   std::unique_ptr<class OpenRegistration> registration_;  // this process's record that it has the pool open

@@ -74,13 +74,13 @@ void TableMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   pool.write_initial_header(h);
 }
 
-void TableMeta::begin_resize() {
+void TableMeta::begin_resize(pool::Pool::Populate populate) {
   PoolHeader h = header();
   const uint32_t new_top = format::top_level(h) + 1;
   if (h.gphash.resize_state != format::kResizeNone) return;  // resuming: the level exists
   if (new_top > format::kMaxLevel)
     throw Error(ErrorCode::kNoSpace, fmt::format("table cannot grow past level {}", format::kMaxLevel));
-  h.gphash.level_offset[new_top] = pool_.allocate_extent(h, format::level_bytes(h, new_top));
+  h.gphash.level_offset[new_top] = pool_.allocate_extent(h, format::level_bytes(h, new_top), populate);
   h.gphash.resize_state = format::kResizeRehashing;
   GPHASH_CRASH_POINT("resize.begin.before_header");
   pool_.write_header(h);
@@ -101,13 +101,13 @@ void TableMeta::finish_resize() {
   pool_.release_extent(old_offset, old_bytes);
 }
 
-void TableMeta::grow_heap() {
+void TableMeta::grow_heap(pool::Pool::Populate populate) {
   PoolHeader h = header();
   if (h.gphash.heap_chunk_count >= format::kMaxHeapChunks)
     throw Error(ErrorCode::kNoSpace, "the value heap has its maximum number of chunks");
   format::HeapGeometry g = format::heap_geometry(h);
   h.gphash.heap_chunk_offset[h.gphash.heap_chunk_count] =
-      pool_.allocate_extent(h, g.chunk_cells(h.gphash.heap_chunk_count) * h.gphash.cell_size);
+      pool_.allocate_extent(h, g.chunk_cells(h.gphash.heap_chunk_count) * h.gphash.cell_size, populate);
   ++h.gphash.heap_chunk_count;
   GPHASH_CRASH_POINT("heap.grow.before_header");
   pool_.write_header(h);

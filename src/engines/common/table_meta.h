@@ -41,11 +41,11 @@ class TableMeta {
 
   // Resize, step 1: allocates the new top level and persists kResizeRehashing. Throws kNoSpace
   // (nothing changed) when the pool cannot grow.
-  void begin_resize();
+  void begin_resize(pool::Pool::Populate populate = pool::Pool::Populate::kNow);
   // Resize, last step: the old bottom level is empty; drop it and persist kResizeNone.
   void finish_resize();
   // Adds a heap chunk (doubling the heap). Throws kNoSpace when the pool cannot grow.
-  void grow_heap();
+  void grow_heap(pool::Pool::Populate populate = pool::Pool::Populate::kNow);
 
   void mark_open_dirty();                   // persisted before the first write of a session
   void mark_clean(uint64_t item_count);     // persisted at a clean shutdown
