@@ -520,7 +520,7 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
         return fail("CLIENT_ERROR invalid flag\r\n");
       default: break;  // return-only flags: c f h k l s t
     }
-    if (std::strchr(echoed, letter)) req_.meta.push_back({static_cast<char>(letter), token});
+    if (std::strchr(echoed, letter)) req_.meta.push_back({static_cast<char>(letter), letter == 'k' ? std::string_view() : token});
   }
   // Everything is known: take the data block (ms) and own the bytes.
   if (verb == Verb::kMetaSet) {
@@ -547,6 +547,8 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
       return fail("CLIENT_ERROR error decoding key\r\n");
     }
     key = req_.decoded_key;
+    for (auto& f : req_.meta)
+      if (f.flag == 'k') f.token = rebase(key_token);  // echoed as sent (reply.cpp)
   }
   req_.noreply = quiet;
   c.key = key;

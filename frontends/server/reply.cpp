@@ -46,8 +46,24 @@ const char* text_status(const Request& req, const KvCommand& c) {
   return "SERVER_ERROR\r\n";
 }
 
+// A key is echoed as it was sent: a base64 key (meta b) in base64, followed by b (memcached's
+// META_KEY); MetaFlag::token holds the encoded key then.
+void append_key_flag(std::string& out, const MetaFlag& f, const KvCommand& c) {
+  out += " k";
+  if (f.token.empty()) {
+    out += c.key;
+  } else {
+    out += f.token;
+    out += " b";
+  }
+}
+
 void append_meta_flags(std::string& out, const Request& req, const KvCommand& c) {
   for (const MetaFlag& f : req.meta) {
+    if (f.flag == 'k') {
+      append_key_flag(out, f, c);
+      continue;
+    }
     out += ' ';
     out += f.flag;
     switch (f.flag) {
@@ -57,7 +73,6 @@ void append_meta_flags(std::string& out, const Request& req, const KvCommand& c)
       case 't': fmt::format_to(std::back_inserter(out), "{}", c.ttl); break;
       case 'h': out += c.hit_before ? '1' : '0'; break;
       case 'l': fmt::format_to(std::back_inserter(out), "{}", c.last_access_ago); break;
-      case 'k': out += c.key; break;
       case 'O': out += f.token; break;
       default: break;
     }
@@ -72,7 +87,16 @@ void append_meta(std::string& out, Request& req, const kv::KvStore& store) {
   switch (req.verb) {
     case Verb::kMetaGet:
       if (c.status != KvStatus::kOk && !c.vivified) {
-        if (!req.noreply) out += "EN\r\n";
+        if (req.noreply) return;
+        out += "EN";  // a miss echoes the opaque and the key only, as memcached 1.6 does
+        for (const MetaFlag& f : req.meta) {
+          if (f.flag == 'k') append_key_flag(out, f, c);
+          if (f.flag == 'O') {
+            out += " O";
+            out += f.token;
+          }
+        }
+        out += "\r\n";
         return;
       }
       if (req.meta_value && c.item) {

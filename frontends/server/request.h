@@ -26,7 +26,7 @@ enum class Verb : uint8_t {
 // The return flags of a meta command, echoed in request order (memcached does the same).
 struct MetaFlag {
   char flag;
-  std::string_view token;  // O and k carry one; others are computed when replying
+  std::string_view token;  // O: its token; k: the key as sent when base64 (b), else empty; others are computed
 };
 
 struct Request {
