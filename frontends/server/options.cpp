@@ -80,7 +80,8 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--snapshot", o.snapshots.path,
                  "store mode: snapshot FILE on a real file system (survives a reboot); a missing pool is restored from it, "
                  "and a clean stop takes a last snapshot");
-  app.add_option("--snapshot-every-seconds", o.snapshots.every_seconds, "take a snapshot this often (0: off)")
+  app.add_option("--snapshot-every-seconds", o.snapshots.every_seconds,
+                 "take a snapshot this often (default 60 when neither this nor --snapshot-every-batches is given)")
       ->check(CLI::Range(0.0, 1e9));
   app.add_option("--snapshot-every-batches", o.snapshots.every_batches, "... or after this many writing index batches (0: off)");
   app.add_option("--snapshot-mode", snapshot_mode, "permissions of a new snapshot file, octal (default 600)");
@@ -130,6 +131,9 @@ Options parse_options(int argc, char** argv) {
   if (o.mode == kv::Mode::kCache && !o.snapshots.path.empty()) usage_error("--snapshot: only store mode keeps data (add --mode store)");
   if ((o.snapshots.every_seconds > 0 || o.snapshots.every_batches > 0) && o.snapshots.path.empty())
     usage_error("--snapshot-every-seconds/--snapshot-every-batches: name the file with --snapshot FILE");
+  // A snapshot file with no schedule would never be written (the last snapshot at a clean stop
+  // comes with automatic ones): once a minute unless told otherwise.
+  if (!o.snapshots.path.empty() && o.snapshots.every_seconds == 0 && o.snapshots.every_batches == 0) o.snapshots.every_seconds = 60;
   char* end = nullptr;
   const unsigned long file_mode = std::strtoul(snapshot_mode.c_str(), &end, 8);
   if (snapshot_mode.empty() || *end != '\0' || file_mode > 0777) usage_error("--snapshot-mode: an octal mode such as 600");
