@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <unordered_map>
+#include <utility>
 
 #include "gphash/error.h"
 #include "gphash/table.h"
@@ -56,6 +57,11 @@ std::string pool_spec(const std::string& pool, const char* suffix) { return pool
 bool exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
+}
+
+// A sharded index is there when its shard 0 is (a missing later shard is the Table's error).
+std::string index_file(const KvConfig& config) {
+  return pool_file(config.pool, config.index_shards.empty() ? ".index" : ".index.shard0");
 }
 
 uint64_t file_size(const std::string& path) {
@@ -159,6 +165,10 @@ struct KvStore::Round {
   }
 };
 
+bool KvStore::store_exists(const KvConfig& config) {
+  return exists(index_file(config)) || (!config.snapshots.path.empty() && exists(config.snapshots.path));
+}
+
 KvStore::KvStore(const KvConfig& config)
     : config_(config),
       pipelined_(config.pipeline),
@@ -166,7 +176,10 @@ KvStore::KvStore(const KvConfig& config)
       launched_(std::make_unique<Round>()),
       spare_(std::make_unique<Round>()),
       pending_(std::make_unique<Pending>()),
-      in_flight_(std::make_unique<InFlight>()) {
+      in_flight_(std::make_unique<InFlight>()),
+      next_cas_(config.cas_first) {
+  if (config.cas_first == 0 || config.cas_stride == 0)
+    throw KvError(KvErrorCode::kInvalidArgument, "CAS values start at 1 and grow: cas_first and cas_stride must be positive");
   OpenOptions options;
   options.engine = config.engine;
   options.threads = config.index_threads;
@@ -202,10 +215,9 @@ KvStore::KvStore(const KvConfig& config)
                   "snapshots of a sharded index are not one consistent cut of the store: use one index (no --shards/--devices) "
                   "with --snapshot");
   options.snapshots = config.snapshots;
-  // A sharded index is there when its shard 0 is (a missing later shard is the Table's error).
-  const std::string index_path = pool_file(config.pool, options.shards.empty() ? ".index" : ".index.shard0");
+  const std::string index_path = index_file(config);
   const std::string legacy_items = pool_file(config.pool, ".items");
-  const bool reopen = exists(index_path) || (!config.snapshots.path.empty() && exists(config.snapshots.path));
+  const bool reopen = store_exists(config);
   if (!reopen && exists(legacy_items))
     throw KvError(KvErrorCode::kCorrupt, legacy_items + " exists but its index " + index_path +
                                              " does not: remove the .items file to start empty");
@@ -320,11 +332,16 @@ void KvStore::recover() {
     }
   }
   items_->rebuild_free_lists();
-  next_cas_ = std::max(max_cas, items_->oldest_live_cas()) + 1;
+  next_cas_ = cas_after(std::max(max_cas, items_->oldest_live_cas()));
   counters_.curr_items = live;
   recovery_.live = live;
   recovery_.freed = recovery_.scanned - live;
   recovery_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+uint64_t KvStore::cas_after(uint64_t cas) const {
+  const uint64_t first = config_.cas_first, stride = config_.cas_stride;
+  return cas < first ? first : first + ((cas - first) / stride + 1) * stride;
 }
 
 uint32_t KvStore::absolute_exptime(int64_t exptime) const {
@@ -762,8 +779,8 @@ KvStatus KvStore::store_item(KvCommand& c, uint32_t slot, Found old, std::string
     return KvStatus::kOutOfMemory;
   }
   if (old.loc) old.pred = predecessor(slot, old.loc);  // an eviction may have changed the chain
-  const uint64_t cas = c.explicit_cas ? c.explicit_cas : next_cas_++;
-  if (c.explicit_cas >= next_cas_) next_cas_ = c.explicit_cas + 1;
+  const uint64_t cas = c.explicit_cas ? c.explicit_cas : std::exchange(next_cas_, next_cas_ + config_.cas_stride);
+  if (c.explicit_cas >= next_cas_) next_cas_ = cas_after(c.explicit_cas);
   fill_item(loc, c.key, a, b, flags, exptime, cas);
   link_new(slot, loc, old);
   c.cas = cas;

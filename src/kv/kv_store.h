@@ -52,6 +52,10 @@ struct KvConfig {
   // Store mode: the index pools are NAME.index.shard<k>. Empty: one index.
   std::vector<int> index_shards;
   SignatureFn signature = xxh3_signature;
+  // CAS values this store gives: cas_first, cas_first + cas_stride, ... (the server's partition k
+  // of N gives k+1, k+1+N, ...: unique across its stores, as memcached's are across its items).
+  uint64_t cas_first = 1;
+  uint32_t cas_stride = 1;
   bool force_flush = false;
   // Overlap each round's index batch with the resolution of the round before (KvStore::run). A
   // snapshot needs a moment when every resolved change is in the index, which a busy pipeline
@@ -89,6 +93,8 @@ class KvStore {
  public:
   explicit KvStore(const KvConfig& config);
   ~KvStore();  // closes the index cleanly
+  // Store mode: whether the config's pool (or the snapshot it would be restored from) exists.
+  static bool store_exists(const KvConfig& config);
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
 
@@ -165,6 +171,7 @@ class KvStore {
   KvStatus store_item(KvCommand& c, uint32_t slot, Found old, std::string_view a, std::string_view b,
                       uint32_t flags, uint32_t exptime);
   uint32_t absolute_exptime(int64_t exptime) const;
+  uint64_t cas_after(uint64_t cas) const;  // the first of this store's CAS values above `cas`
   int64_t ttl_of(const ItemHeader* h) const;
   void resolve(KvCommand& c, uint32_t slot);
   void resolve_get(KvCommand& c, uint32_t slot);

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gphash/table.h"
@@ -67,7 +68,8 @@ struct RandomRound {
 void run_model(KvStore& store, uint64_t seed, int rounds, int keys, bool pipelined = false) {
   std::mt19937_64 rng(seed);
   std::map<std::string, ModelItem> model;
-  uint64_t next_cas = 1;
+  uint64_t next_cas = store.config().cas_first;
+  const uint64_t cas_stride = store.config().cas_stride;
   auto check = [&](RandomRound& round, int r) {
     for (size_t i = 0; i < round.cmds.size(); ++i) {
       KvCommand& c = round.cmds[i];
@@ -107,7 +109,7 @@ void run_model(KvStore& store, uint64_t seed, int rounds, int keys, bool pipelin
           }
           ASSERT_EQ(c.status, want);
           if (want == KvStatus::kOk) {
-            model[key] = {value, flags, next_cas++};
+            model[key] = {value, flags, std::exchange(next_cas, next_cas + cas_stride)};
             EXPECT_EQ(c.cas, model[key].cas);
           }
           break;
@@ -135,7 +137,7 @@ void run_model(KvStore& store, uint64_t seed, int rounds, int keys, bool pipelin
           if (text.size() < old.size()) text.append(old.size() - text.size(), ' ');
           EXPECT_EQ(c.number, v);
           it->second.value = text;
-          it->second.cas = next_cas++;
+          it->second.cas = std::exchange(next_cas, next_cas + cas_stride);
           break;
         }
         default: break;
@@ -228,6 +230,42 @@ KvConfig cache_config(SignatureFn sig, uint64_t memory = 64 << 20) {
 TEST(KvStore, MatchesModel) {
   KvStore store(cache_config(xxh3_signature));
   run_model(store, 1, 3000, 200);
+}
+
+// The server's partition 2 of 3 (--partitions 3): CAS values 3, 6, 9, ..., unique across the
+// partitions, through every operation and across a reopen of the pool.
+TEST(KvStore, CasValuesOfAPartitionStayInItsSequence) {
+  KvConfig config = cache_config(xxh3_signature);
+  config.cas_first = 3;
+  config.cas_stride = 3;
+  {
+    KvStore store(config);
+    run_model(store, 11, 500, 100);
+  }
+  const std::string pool = pool_name("cas-stride");
+  remove_pool(pool);
+  config.mode = Mode::kStore;
+  config.pool = pool;
+  auto set = [](KvStore& store, const char* key, uint64_t explicit_cas = 0) {
+    KvCommand c = command(KvOp::kStore, key, "v");
+    c.explicit_cas = explicit_cas;
+    KvCommand* round[] = {&c};
+    store.execute(round);
+    EXPECT_EQ(c.status, KvStatus::kOk);
+    return c.cas;
+  };
+  {
+    KvStore store(config);
+    EXPECT_EQ(set(store, "a"), 3u);
+    EXPECT_EQ(set(store, "b"), 6u);
+    EXPECT_EQ(set(store, "c", 100), 100u);  // meta E: the client's value; the sequence goes on above it
+    EXPECT_EQ(set(store, "d"), 102u);
+  }
+  {
+    KvStore store(config);  // reopened: the sequence resumes above the largest value it holds
+    EXPECT_EQ(set(store, "e"), 105u);
+  }
+  remove_pool(pool);
 }
 
 TEST(KvStore, SignatureCollisionsLoseNothing) {
