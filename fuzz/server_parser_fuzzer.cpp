@@ -83,10 +83,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (auto& c : r->cmds) round.push_back(&c);
   store().execute(round);
   std::string out;
+  kv::KvStore* const stores[] = {&store()};
   for (auto& r : requests) {
     if (r->verb == server::Verb::kStats || r->verb == server::Verb::kQuit) continue;
-    server::append_reply(out, *r, store());
-    release_items(*r, store());
+    server::append_reply(out, *r, stores);
+    release_items(*r, stores);
   }
   return 0;
 }

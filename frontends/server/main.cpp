@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "gphash/error.h"
 #include "kv/kv_error.h"
+#include "kv/kv_store.h"
 #include "server.h"
 
 using namespace gphash;
@@ -54,6 +56,70 @@ int listen_on(const std::string& address, uint16_t& port) {
   return fd;
 }
 
+// The stores' configurations, one per partition. Partition k of a partitioned store keeps its
+// pool at NAME.part<k> (and its snapshot at FILE.part<k>), so the pool's files say how many
+// partitions wrote it: without --partitions that number is used; with another one, keys would be
+// looked for in partitions that never held them: refused, naming the number to start with.
+// Otherwise the default is, for a cache, one partition per receiver (-t) while each partition's
+// memory holds at least two of the largest items (bench/results/2026-11-29-server-partitions);
+// for a new store one: its memory is split among the partitions, so a full partition refuses
+// writes while another has room, which only a user who asked for partitions should meet. With the
+// GPU index at most 4, the number measured (N partitions cut every GPU batch N ways).
+std::vector<kv::KvConfig> partition_configs(const Options& o) {
+  constexpr int kMaxPartitions = 64;  // --partitions' range
+  kv::KvConfig config;
+  config.mode = o.mode;
+  config.pool = o.pool;
+  config.item_size_max = o.item_size_max;
+  config.growth_factor = o.growth_factor;
+  config.engine = o.engine;
+  config.index_threads = o.index_threads;
+  config.index_shards = o.index_shards;
+  config.force_flush = o.force_flush;
+  config.pipeline = o.pipeline;
+  config.snapshots = o.snapshots;
+  auto part = [&](int k, int n) {
+    kv::KvConfig c = config;
+    if (n == 1) return c;  // memcached's CAS sequence, the pool's plain name
+    c.cas_first = static_cast<uint64_t>(k) + 1;
+    c.cas_stride = static_cast<uint32_t>(n);
+    if (c.mode == kv::Mode::kCache) return c;  // nothing on disk
+    c.pool += ".part" + std::to_string(k);
+    if (!c.snapshots.path.empty()) c.snapshots.path += ".part" + std::to_string(k);
+    return c;
+  };
+  int n = o.partitions;
+  if (n == 0 && o.mode == kv::Mode::kStore) n = 1;  // a pool may say otherwise, below
+  if (n == 0) {
+    const uint64_t memory = o.memory_mb << 20;
+    const uint64_t fit = std::min<uint64_t>(memory / (2 * uint64_t{o.item_size_max}), memory / (2 << 20));
+    const uint64_t wanted = o.engine == EngineKind::kGpu ? std::min(o.threads, 4) : o.threads;
+    n = static_cast<int>(std::clamp<uint64_t>(std::min(fit, wanted), 1, kMaxPartitions));
+  }
+  if (o.mode == kv::Mode::kStore) {
+    int found = 0, highest = -1;
+    for (int k = 0; k < kMaxPartitions; ++k)
+      if (kv::KvStore::store_exists(part(k, kMaxPartitions))) ++found, highest = k;
+    const bool whole = kv::KvStore::store_exists(config);
+    const std::string name = "pool " + o.pool;
+    if (whole && found > 0)
+      throw kv::KvError(kv::KvErrorCode::kCorrupt, name + " has both unpartitioned files and partition files (.part<k>): remove the ones not in use");
+    if (found > 0 && found != highest + 1)
+      throw kv::KvError(kv::KvErrorCode::kCorrupt, name + " has partition " + std::to_string(highest) + " but only " + std::to_string(found) +
+                                                       " partition files: one is missing, and its keys with it");
+    const int existing = whole ? 1 : found;
+    if (existing > 0 && o.partitions == 0) n = existing;
+    if (existing > 0 && n != existing)
+      throw kv::KvError(kv::KvErrorCode::kInvalidArgument, name + " was written by " + std::to_string(existing) +
+                                                               (existing == 1 ? " partition" : " partitions") + ": start with --partitions " +
+                                                               std::to_string(existing) + " or without --partitions");
+  }
+  config.memory_bytes = (o.memory_mb << 20) / static_cast<uint64_t>(n);
+  std::vector<kv::KvConfig> configs;
+  for (int k = 0; k < n; ++k) configs.push_back(part(k, n));
+  return configs;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,22 +136,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<kv::KvStore> store;
+  std::vector<std::unique_ptr<kv::KvStore>> stores;
   try {
     if (!o.auth_file.empty()) ctx.auth = read_auth_file(o.auth_file);
-    kv::KvConfig config;
-    config.mode = o.mode;
-    config.pool = o.pool;
-    config.memory_bytes = o.memory_mb << 20;
-    config.item_size_max = o.item_size_max;
-    config.growth_factor = o.growth_factor;
-    config.engine = o.engine;
-    config.index_threads = o.index_threads;
-    config.index_shards = o.index_shards;
-    config.force_flush = o.force_flush;
-    config.pipeline = o.pipeline;
-    config.snapshots = o.snapshots;
-    store = std::make_unique<kv::KvStore>(config);
+    for (const kv::KvConfig& config : partition_configs(o)) stores.push_back(std::make_unique<kv::KvStore>(config));
+    ctx.options.partitions = static_cast<int>(stores.size());
     uint16_t port = o.port;
     ctx.listen_fd = listen_on(o.listen, port);
     ctx.options.port = port;
@@ -96,21 +151,28 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gphash-server: %s\n", e.what());
     return 1;
   }
-  ctx.store = store.get();
-  const auto& rec = store->recovery();
-  if (rec.recovered)
-    std::fprintf(stderr, "gphash-server: opened pool %s: %llu items (%llu unreachable chunks freed) in %.3f s\n", o.pool.c_str(),
-                 static_cast<unsigned long long>(rec.live), static_cast<unsigned long long>(rec.freed), rec.seconds);
+  for (size_t p = 0; p < stores.size(); ++p) {
+    const auto& rec = stores[p]->recovery();
+    if (rec.recovered)
+      std::fprintf(stderr, "gphash-server: opened pool %s: %llu items (%llu unreachable chunks freed) in %.3f s\n",
+                   stores[p]->config().pool.c_str(), static_cast<unsigned long long>(rec.live),
+                   static_cast<unsigned long long>(rec.freed), rec.seconds);
+  }
 
-  Scheduler scheduler(*store, o);
-  ctx.scheduler = &scheduler;
+  std::vector<std::unique_ptr<Scheduler>> schedulers;
+  for (size_t p = 0; p < stores.size(); ++p) {
+    schedulers.push_back(std::make_unique<Scheduler>(*stores[p], o, static_cast<uint16_t>(p)));
+    ctx.stores.push_back(stores[p].get());
+    ctx.schedulers.push_back(schedulers.back().get());
+  }
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(ctx, i));
   for (auto& w : workers) ctx.workers.push_back(w.get());
   for (auto& w : workers) w->start();
   // Tests and scripts read this line to learn the port (-p 0 picks a free one).
-  std::printf("gphash-server: listening on %s:%u (%s mode, %s index, %d threads)\n", o.listen.c_str(), ctx.options.port,
-              o.mode == kv::Mode::kStore ? "store" : "cache", store->index_engine().c_str(), o.threads);
+  std::printf("gphash-server: listening on %s:%u (%s mode, %s index, %d threads, %d partitions)\n", o.listen.c_str(),
+              ctx.options.port, o.mode == kv::Mode::kStore ? "store" : "cache", stores.front()->index_engine().c_str(),
+              o.threads, o.partitions);
   std::fflush(stdout);
 
   int sig = 0;
@@ -120,10 +182,11 @@ int main(int argc, char** argv) {
   ctx.stopping = true;
   for (auto& w : workers) w->wake();
   for (auto& w : workers) w->join();
-  scheduler.stop();
+  for (auto& scheduler : schedulers) scheduler->stop();
   workers.clear();
   ::close(ctx.listen_fd);
-  store.reset();
+  schedulers.clear();
+  stores.clear();
   std::fprintf(stderr, "gphash-server: stopped (signal %d), pool closed cleanly\n", sig);
   return 0;
 }

@@ -49,6 +49,12 @@ Options parse_options(int argc, char** argv) {
   app.add_option("-m,--memory-limit", o.memory_mb, "item memory in megabytes (default 64)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-c,--conn-limit", o.max_connections, "most simultaneous connections (default 1024)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-t,--threads", o.threads, "receiver/sender threads (default 4)")->check(CLI::Range(1, 256));
+  app.add_option("--partitions", o.partitions,
+                 "split the keys by hash over N independent stores, each with its own index, items, -m/N of the "
+                 "memory and its own round pipeline, so N rounds run at once (default: a cache -t, at most 4 with --engine "
+                 "gpu, while each partition holds two of the largest items; a store the number its pool was written "
+                 "with, else 1)")
+      ->check(CLI::Range(1, 64));
   app.add_flag("-v,--verbose", o.verbose, "log connections (-vv: and every request)");
   app.add_option("-U,--udp-port", o.udp_port, "UDP port: only 0 (off) is supported")->check(CLI::Range(0, 65535));
   app.add_option("-I,--max-item-size", item_size, "largest item, e.g. 1m (default), 512k; 1k to 1024m");
@@ -125,6 +131,11 @@ Options parse_options(int argc, char** argv) {
   if (item < 1024 || item > (uint64_t{1} << 30)) usage_error("-I,--max-item-size: must be between 1k and 1024m");
   if (item > o.memory_mb * (1 << 20) / 2) usage_error("-I,--max-item-size: cannot be larger than half of -m (" + std::to_string(o.memory_mb) + " MB)");
   o.item_size_max = static_cast<uint32_t>(item);
+  if (o.partitions > 0 && o.memory_mb < static_cast<uint64_t>(o.partitions) * 2)
+    usage_error("--partitions: each partition needs at least 2 MB of -m (" + std::to_string(o.memory_mb) + " MB for " +
+                std::to_string(o.partitions) + ")");
+  if (o.partitions > 0 && item > o.memory_mb * (1 << 20) / o.partitions / 2)
+    usage_error("-I,--max-item-size: cannot be larger than half of a partition's memory (-m / --partitions)");
   if (o.udp_port != 0) usage_error("-U,--udp-port: UDP is not supported (it invites amplification attacks); use -U 0 or leave it out");
   if (o.mode == kv::Mode::kStore && o.pool.empty()) usage_error("--pool: store mode needs a pool name");
   if (o.mode == kv::Mode::kCache && !o.pool.empty()) usage_error("--pool: only store mode keeps a pool (add --mode store)");

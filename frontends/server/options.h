@@ -17,6 +17,7 @@ struct Options {
   uint64_t memory_mb = 64;              // -m
   uint32_t max_connections = 1024;      // -c
   int threads = 4;                      // -t: receiver/sender threads
+  int partitions = 0;                   // --partitions: independent stores (index, items, rounds) by key hash; 0: auto (main.cpp)
   int verbose = 0;                      // -v, -vv
   uint32_t udp_port = 0;                // -U: must stay 0 (no UDP listener)
   uint32_t item_size_max = 1 << 20;     // -I

@@ -19,7 +19,8 @@ void append_value_line(std::string& out, const KvCommand& c, bool with_cas) {
   out += "\r\n";
 }
 
-void append_data(std::string& out, KvCommand& c, const kv::KvStore& store) {
+void append_data(std::string& out, KvCommand& c, Stores stores) {
+  const kv::KvStore& store = *stores[c.partition];
   out += store.value(c.item);
   out += "\r\n";
   store.release(c.item);
@@ -82,7 +83,7 @@ void append_meta_flags(std::string& out, const Request& req, const KvCommand& c)
   out += "\r\n";
 }
 
-void append_meta(std::string& out, Request& req, const kv::KvStore& store) {
+void append_meta(std::string& out, Request& req, Stores stores) {
   KvCommand& c = req.cmds.front();
   switch (req.verb) {
     case Verb::kMetaGet:
@@ -102,7 +103,7 @@ void append_meta(std::string& out, Request& req, const kv::KvStore& store) {
       if (req.meta_value && c.item) {
         fmt::format_to(std::back_inserter(out), "VA {}", c.value_len);
         append_meta_flags(out, req, c);
-        append_data(out, c, store);
+        append_data(out, c, stores);
       } else if (req.meta_value) {  // vivified: an empty value
         out += "VA 0";
         append_meta_flags(out, req, c);
@@ -166,7 +167,7 @@ void append_meta(std::string& out, Request& req, const kv::KvStore& store) {
 
 }  // namespace
 
-void append_reply(std::string& out, Request& req, const kv::KvStore& store) {
+void append_reply(std::string& out, Request& req, Stores stores) {
   switch (req.verb) {
     case Verb::kReply: out += req.reply; return;
     case Verb::kMetaNoop: out += "MN\r\n"; return;
@@ -178,7 +179,7 @@ void append_reply(std::string& out, Request& req, const kv::KvStore& store) {
       for (KvCommand& c : req.cmds) {
         if (c.status != KvStatus::kOk || !c.item) continue;
         append_value_line(out, c, with_cas);
-        append_data(out, c, store);
+        append_data(out, c, stores);
       }
       out += "END\r\n";
       return;
@@ -186,7 +187,7 @@ void append_reply(std::string& out, Request& req, const kv::KvStore& store) {
     case Verb::kMetaGet:
     case Verb::kMetaSet:
     case Verb::kMetaDelete:
-    case Verb::kMetaArith: append_meta(out, req, store); return;
+    case Verb::kMetaArith: append_meta(out, req, stores); return;
     case Verb::kIncr:
     case Verb::kDecr: {
       const KvCommand& c = req.cmds.front();
@@ -206,10 +207,10 @@ void append_reply(std::string& out, Request& req, const kv::KvStore& store) {
   }
 }
 
-void release_items(Request& req, const kv::KvStore& store) {
+void release_items(Request& req, Stores stores) {
   for (KvCommand& c : req.cmds) {
     if (c.item) {
-      store.release(c.item);
+      stores[c.partition]->release(c.item);
       c.item = 0;
     }
   }

@@ -41,6 +41,9 @@ struct Request {
   bool meta_value = false;       // mg/ma v: return the value
   std::string_view stats_args;   // kStats
   std::atomic<bool> done{false};  // the results are in: the reply can be built
+  // Partitions (schedulers) still working on this request's commands; the last one to finish
+  // its share sets `done` and hands the request back to its worker.
+  std::atomic<uint16_t> parts_left{0};
   bool needs_store() const { return !cmds.empty(); }
   // Back to a fresh request, keeping the buffers' memory (a worker reuses answered requests).
   void reset() {
@@ -53,6 +56,7 @@ struct Request {
     meta.clear();
     stats_args = {};
     done.store(false, std::memory_order_relaxed);
+    parts_left.store(0, std::memory_order_relaxed);
   }
   // Memory the request holds while queued (counted against the connection's buffer limit).
   size_t footprint() const { return sizeof(Request) + bytes.capacity() + cmds.capacity() * sizeof(kv::KvCommand) + meta.capacity() * sizeof(MetaFlag); }

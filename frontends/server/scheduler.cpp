@@ -12,8 +12,9 @@ uint64_t ns_between(std::chrono::steady_clock::time_point a, std::chrono::steady
 }
 }  // namespace
 
-Scheduler::Scheduler(kv::KvStore& store, const Options& options)
+Scheduler::Scheduler(kv::KvStore& store, const Options& options, uint16_t partition)
     : store_(store),
+      partition_(partition),
       threshold_(options.batch_size),
       period_(options.batch_period),
       extra_rounds_(options.receiver_rounds >= 0 ? options.receiver_rounds : store.pipelined() ? 0 : 4) {
@@ -32,7 +33,7 @@ void Scheduler::submit(std::vector<Submission>& batch, std::vector<Connection*>&
   if (batch.empty()) return;
   Worker* self = batch.front().worker;
   size_t commands = 0;
-  for (const Submission& s : batch) commands += s.request->cmds.size();
+  for (const Submission& s : batch) commands += s.commands;
   std::unique_lock lock(mu_);
   if (queue_.empty()) first_arrival_ = std::chrono::steady_clock::now();
   queue_.insert(queue_.end(), batch.begin(), batch.end());
@@ -118,6 +119,7 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
       lock.unlock();
       const auto start = std::chrono::steady_clock::now();
       store_.step();
+      publish_slabs();  // a pipelined store resolves a round here
       complete_settled(self, own_done);
       stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
       lock.lock();
@@ -135,13 +137,11 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
 void Scheduler::execute_round(Worker* self, std::vector<Connection*>& own_done) {
   cmds_.clear();
   for (const Submission& s : round_)
-    for (kv::KvCommand& c : s.request->cmds) cmds_.push_back(&c);
+    for (kv::KvCommand& c : s.request->cmds)
+      if (c.partition == partition_) cmds_.push_back(&c);
   store_.run(cmds_);
   ++runs_;
-  {
-    std::lock_guard lock(slab_mu_);
-    slabs_ = store_.slab_stats();
-  }
+  publish_slabs();
   active_.insert(active_.end(), round_.begin(), round_.end());
   complete_settled(self, own_done);
   stats_.commands += cmds_.size();
@@ -149,15 +149,24 @@ void Scheduler::execute_round(Worker* self, std::vector<Connection*>& own_done) 
   round_.clear();
 }
 
-// Hands the requests whose commands are all final (KvCommand::settled) to their workers.
+// The slab classes as the rounds resolved so far left them, for `stats slabs|items` (any thread).
+void Scheduler::publish_slabs() {
+  std::lock_guard lock(slab_mu_);
+  slabs_ = store_.slab_stats();
+}
+
+// Hands the requests whose commands (in this partition) are all final (KvCommand::settled) to
+// their workers, once no other partition still works on them.
 void Scheduler::complete_settled(Worker* self, std::vector<Connection*>& own_done) {
   size_t kept = 0;
   for (const Submission& s : active_) {
     const auto& cmds = s.request->cmds;
-    if (!std::all_of(cmds.begin(), cmds.end(), [](const kv::KvCommand& c) { return c.settled; })) {
+    if (!std::all_of(cmds.begin(), cmds.end(), [&](const kv::KvCommand& c) { return c.partition != partition_ || c.settled; })) {
       active_[kept++] = s;
       continue;
     }
+    // acq_rel: the last partition to finish sees the others' results before it publishes `done`.
+    if (s.request->parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
     s.request->done.store(true, std::memory_order_release);
     if (s.worker == self) own_done.push_back(s.conn);
     else done_[s.worker].push_back(s.conn);

@@ -6,7 +6,14 @@
 //
 // A worker owns its connections: it reads and parses their requests, hands the ones that need
 // the store to the scheduler, and when their round is done builds the replies in request order
-// and writes them. The scheduler runs one round at a time on the KvStore. Why the workers also
+// and writes them. The scheduler runs one round at a time on the KvStore.
+//
+// Partitions (--partitions N): N pairs of KvStore and Scheduler, each key's commands going to the
+// pair its hash picks (kv::partition_of), so N rounds run at once. One round pipeline serialises
+// every command's resolution (about 1 us a command on the 16-core machine: the round, not the
+// threads, capped throughput at 0.5-0.76 of memcached's; bench/results/2026-11-29-server-16-cores).
+// A request whose keys span partitions (a multi-get, flush_all) is answered when the last of them
+// is done (Request::parts_left). Why the workers also
 // send: a reply is built on the thread that owns the socket, so no socket changes hands; the
 // round only fills in results (docs/PROTOCOL.md, "Design", has the measurement).
 #pragma once
@@ -64,6 +71,7 @@ struct Submission {
   Request* request;
   Connection* conn;
   Worker* worker;
+  uint32_t commands;  // the request's commands in this submission's partition
 };
 
 // Mega-KV's scheduler: forms rounds from the requests the receivers queued and runs them on the
@@ -76,7 +84,7 @@ struct Submission {
 // during a round form the next one, so under load the rounds grow, as Mega-KV's batches do.
 class Scheduler {
  public:
-  Scheduler(kv::KvStore& store, const Options& options);
+  Scheduler(kv::KvStore& store, const Options& options, uint16_t partition);
   ~Scheduler();
   // Queues a receiver's requests (takes the batch's elements). If that makes a round due, the
   // caller runs it; its own connections whose requests completed are appended to `own_done`.
@@ -96,8 +104,10 @@ class Scheduler {
   void drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done);
   void execute_round(Worker* self, std::vector<Connection*>& own_done);
   void complete_settled(Worker* self, std::vector<Connection*>& own_done);
+  void publish_slabs();
 
   kv::KvStore& store_;
+  const uint16_t partition_;  // runs the commands whose KvCommand::partition is this
   const size_t threshold_;
   const std::chrono::microseconds period_;
   const int extra_rounds_;  // --receiver-rounds (drain)
@@ -123,8 +133,9 @@ class Scheduler {
 
 struct ServerContext {
   Options options;
-  kv::KvStore* store = nullptr;
-  Scheduler* scheduler = nullptr;
+  std::vector<kv::KvStore*> stores;      // one per partition
+  std::vector<Scheduler*> schedulers;    // stores[p]'s
+  uint16_t partition_of(std::string_view key) const { return static_cast<uint16_t>(kv::partition_of(key, static_cast<uint32_t>(stores.size()))); }
   ServerCounters counters;
   std::vector<std::pair<std::string, std::string>> auth;
   std::chrono::system_clock::time_point started = std::chrono::system_clock::now();
@@ -151,6 +162,7 @@ class Worker {
   void read_input(Connection* c);
   void parse_input(Connection* c);
   void admit(Connection* c, std::unique_ptr<Request> req);
+  void submit_to_partitions(Connection* c, Request& req);
   void flush(Connection* c);
   bool flush_once(Connection* c);
   void discard(Connection* c);
@@ -168,7 +180,8 @@ class Worker {
   int event_fd_ = -1;
   ParserLimits limits_;
   std::vector<char> scratch_;  // recv buffer
-  std::vector<Submission> submissions_;
+  std::vector<std::vector<Submission>> submissions_;  // per partition, in arrival order
+  std::vector<uint32_t> partition_counts_;            // submit_to_partitions' scratch
   std::vector<std::unique_ptr<Request>> spare_requests_;  // answered, kept for reuse (take_request)
   std::vector<std::unique_ptr<Connection>> conns_;  // owned; index = slot
   std::mutex completed_mu_;

@@ -32,7 +32,7 @@ constexpr uintptr_t kWakeTag = 2;
 
 }  // namespace
 
-Worker::Worker(ServerContext& ctx, int id) : ctx_(ctx), id_(id), scratch_(kReadChunk) {
+Worker::Worker(ServerContext& ctx, int id) : ctx_(ctx), id_(id), scratch_(kReadChunk), submissions_(ctx.stores.size()) {
   limits_.item_size_max = ctx.options.item_size_max;
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -99,11 +99,17 @@ void Worker::run() {
       completed_local_.swap(completed_);
     }
     handle_completions(completed_local_);
-    // Requests parsed in this pass go to the scheduler; if that runs their round here, the
-    // answered connections of this worker come back at once (and answering them may parse more).
-    while (!submissions_.empty()) {
-      ctx_.scheduler->submit(submissions_, completed_local_);
-      handle_completions(completed_local_);
+    // Requests parsed in this pass go to their partitions' schedulers; if that runs their round
+    // here, the answered connections of this worker come back at once (and answering them may
+    // parse more).
+    for (bool submitted = true; submitted;) {
+      submitted = false;
+      for (size_t p = 0; p < submissions_.size(); ++p) {
+        if (submissions_[p].empty()) continue;
+        ctx_.schedulers[p]->submit(submissions_[p], completed_local_);
+        handle_completions(completed_local_);
+        submitted = true;
+      }
     }
     std::erase_if(conns_, [](const std::unique_ptr<Connection>& c) { return c->discarded; });
 
@@ -143,7 +149,7 @@ void Worker::handle_completions(std::vector<Connection*>& conns) {
     if (c->dead) {
       // The client went away: drop the answered requests, free it when nothing is in flight.
       while (!c->queue.empty() && c->queue.front()->done.load(std::memory_order_acquire)) {
-        release_items(*c->queue.front(), *ctx_.store);
+        release_items(*c->queue.front(), ctx_.stores);
         c->queue.pop_front();
       }
       if (c->in_flight == 0) discard(c);
@@ -301,14 +307,39 @@ void Worker::admit(Connection* c, std::unique_ptr<Request> req) {
     std::fprintf(stderr, "<%d %.*s\n", c->fd, static_cast<int>(std::min<size_t>(req->bytes.find('\n'), 200)), req->bytes.c_str());
   }
   if (req->verb == Verb::kQuit) c->closing = true;
+  if (req->needs_store()) submit_to_partitions(c, *req);
   c->queued_bytes += req->footprint();
   if (req->needs_store()) {
-    submissions_.push_back({req.get(), c, this});
     ++c->in_flight;
   } else {
     req->done.store(true, std::memory_order_relaxed);
   }
   c->queue.push_back(std::move(req));
+}
+
+// Queues a request's commands with the schedulers of their keys' partitions (flush_all: one copy
+// of the command for every partition).
+void Worker::submit_to_partitions(Connection* c, Request& req) {
+  const size_t n = submissions_.size();
+  if (n == 1) {
+    req.parts_left.store(1, std::memory_order_relaxed);
+    submissions_[0].push_back({&req, c, this, static_cast<uint32_t>(req.cmds.size())});
+    return;
+  }
+  if (req.cmds.front().op == kv::KvOp::kFlushAll) {
+    req.cmds.resize(n, req.cmds.front());
+    for (size_t p = 0; p < n; ++p) req.cmds[p].partition = static_cast<uint16_t>(p);
+  } else {
+    for (kv::KvCommand& cmd : req.cmds) cmd.partition = ctx_.partition_of(cmd.key);
+  }
+  partition_counts_.assign(n, 0);
+  for (const kv::KvCommand& cmd : req.cmds) ++partition_counts_[cmd.partition];
+  uint16_t parts = 0;
+  for (size_t p = 0; p < n; ++p) parts += partition_counts_[p] > 0;
+  // Set before any scheduler sees the request: the first one may finish its share at once.
+  req.parts_left.store(parts, std::memory_order_relaxed);
+  for (size_t p = 0; p < n; ++p)
+    if (partition_counts_[p] > 0) submissions_[p].push_back({&req, c, this, partition_counts_[p]});
 }
 
 // Builds the replies of the answered requests at the front of the queue (in request order) and
@@ -337,7 +368,7 @@ bool Worker::flush_once(Connection* c) {
     if (req.verb == Verb::kQuit) {
       quit = true;
     } else {
-      append_reply(c->out, req, *ctx_.store);
+      append_reply(c->out, req, ctx_.stores);
     }
     c->queued_bytes -= req.footprint();
     recycle(std::move(c->queue.front()));
@@ -411,7 +442,7 @@ void Worker::close_connection(Connection* c) {
 // Frees a closed connection once no round holds its requests, giving back the items they hold.
 // (It is deleted at the end of the event loop's pass, so no caller holds a dangling pointer.)
 void Worker::discard(Connection* c) {
-  for (auto& r : c->queue) release_items(*r, *ctx_.store);
+  for (auto& r : c->queue) release_items(*r, ctx_.stores);
   c->queue.clear();
   c->discarded = true;
 }

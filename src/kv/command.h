@@ -53,6 +53,7 @@ struct KvCommand {
   bool want_value = true;      // kGet: the reply needs the value (hold the item)
   bool bump = true;            // kGet: count as an access (meta u clears it)
   uint32_t flush_delay = 0;    // kFlushAll (seconds; 0 = now)
+  uint16_t partition = 0;      // the server's: which of its stores runs this command (by key hash)
 
   // Results.
   KvStatus status = KvStatus::kNotFound;

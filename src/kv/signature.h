@@ -29,4 +29,8 @@ using SignatureFn = Signature (*)(std::string_view key);
 // XXH3-128 of the key: the production signature.
 Signature xxh3_signature(std::string_view key);
 
+// Which of `partitions` independent stores holds the key (the server's --partitions): a hash
+// seeded apart from the signature's, so each store's keys spread over its index like any keys.
+uint32_t partition_of(std::string_view key, uint32_t partitions);
+
 }  // namespace gphash::kv

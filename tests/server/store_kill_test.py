@@ -3,6 +3,7 @@
 deletes while the server is killed with SIGKILL at a random moment; after a restart on the same
 pool every acknowledged write is there (or a later write of the same key that was sent), every
 value is one that was sent for its key (nothing torn), and deleted keys stay deleted."""
+import glob
 import os
 import random
 import signal
@@ -65,7 +66,6 @@ class Writer:
 
 def main():
     pool = f"gphash-server-kill-{os.getpid()}"
-    files = [f"/dev/shm/{pool}.index", f"/dev/shm/{pool}.items"]
     rnd = random.Random(int(os.environ.get("KILL_SEED", "14")))
     history = {}  # key -> list of (value or None, acked) in send order
     checks = failed = 0
@@ -95,10 +95,12 @@ def main():
             with h.gphash_server("--mode", "store", "--pool", pool, "-m", "256", "-t", "2", port=port) as srv2:
                 keys = list(history)
                 bad = []
+                served = {}
                 for i in range(0, len(keys), 100):
                     part = keys[i:i + 100]
                     reply = h.exchange(port, b"get " + b" ".join(part) + b"\r\n")
                     found = parse_values(reply)
+                    served.update(found)
                     for key in part:
                         ops = history[key]
                         last_acked = max((j for j, (_, acked) in enumerate(ops) if acked), default=-1)
@@ -115,12 +117,11 @@ def main():
                 else:
                     print(f"ok   cycle {cycle}: all {len(keys)} keys hold an allowed value after kill -9 and restart")
                     # What the restart serves is durable now: the next cycle starts from it.
-                    for key in part:
-                        history[key] = [(found.get(key), True)]
+                    for key in keys:
+                        history[key] = [(served.get(key), True)]
     finally:
-        for f in files:
-            if os.path.exists(f):
-                os.unlink(f)
+        for f in glob.glob(f"/dev/shm/{pool}.*"):  # NAME.index, or NAME.part<k>.index with --partitions
+            os.unlink(f)
     print(f"{checks - failed} passed, {failed} failed")
     return 1 if failed else 0
 
