@@ -2,15 +2,12 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "kv/tick_clock.h"
 #include "server.h"
 
 namespace gphash::server {
 
-namespace {
-uint64_t ns_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-}
-}  // namespace
+using kv::TickClock;
 
 Scheduler::Scheduler(kv::KvStore& store, const Options& options, uint16_t partition)
     : store_(store),
@@ -24,9 +21,11 @@ Scheduler::Scheduler(kv::KvStore& store, const Options& options, uint16_t partit
 
 Scheduler::~Scheduler() { stop(); }
 
-// Whether the pending requests make a round now: enough of them, or the oldest waited long enough.
-bool Scheduler::due(std::chrono::steady_clock::time_point now) const {
-  return !queue_.empty() && (queued_commands_ >= threshold_ || now - first_arrival_ >= period_);
+// Whether the pending requests make a round now: enough of them, or the oldest waited long enough
+// (with no period, at once: the clock is not read).
+bool Scheduler::due() const {
+  if (queue_.empty()) return false;
+  return queued_commands_ >= threshold_ || period_.count() == 0 || std::chrono::steady_clock::now() - first_arrival_ >= period_;
 }
 
 void Scheduler::submit(std::vector<Submission>& batch, std::vector<Connection*>& own_done) {
@@ -35,11 +34,14 @@ void Scheduler::submit(std::vector<Submission>& batch, std::vector<Connection*>&
   size_t commands = 0;
   for (const Submission& s : batch) commands += s.commands;
   std::unique_lock lock(mu_);
-  if (queue_.empty()) first_arrival_ = std::chrono::steady_clock::now();
+  if (queue_.empty()) {
+    if (period_.count() > 0) first_arrival_ = std::chrono::steady_clock::now();
+    first_arrival_ticks_ = TickClock::now();
+  }
   queue_.insert(queue_.end(), batch.begin(), batch.end());
   queued_commands_ += commands;
   batch.clear();
-  if (!running_ && due(std::chrono::steady_clock::now())) {
+  if (!running_ && due()) {
     // The round is due and nobody runs one: this receiver runs it, with no handoff.
     drain(lock, self, own_done);
   } else if (!running_) {
@@ -98,30 +100,30 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
   uint64_t own_round = 0;  // the receiver's round, numbered as runs_ counts them
   int extra_left = extra_rounds_;
   for (;;) {
-    const bool round_due = due(std::chrono::steady_clock::now()) || (stopping_ && !queue_.empty());
+    const bool round_due = due() || (stopping_ && !queue_.empty());
     const bool in_hand = store_.has_pending();
     if (self && own_round && store_.rounds_resolved() >= own_round && (round_due || in_hand) && extra_left-- == 0) break;
     if (round_due && !store_.commit_alone_pays()) {
       const bool by_size = queued_commands_ >= threshold_;
-      const auto arrived = first_arrival_;
+      const uint64_t arrived = first_arrival_ticks_;
       round_.swap(queue_);  // Mega-KV's buffer swap: receivers fill a fresh queue meanwhile
       queued_commands_ = 0;
       lock.unlock();
-      const auto start = std::chrono::steady_clock::now();
+      const uint64_t start = TickClock::now();
       execute_round(self, own_done);
       if (self && !own_round) own_round = runs_;
       stats_.rounds++;
       (by_size ? stats_.by_size : stats_.by_period)++;
-      stats_.wait_ns += ns_between(arrived, start);
-      stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
+      stats_.wait_ns += TickClock::to_ns(start - arrived);
+      stats_.round_ns += TickClock::ns_since(start);
       lock.lock();
     } else if (in_hand) {
       lock.unlock();
-      const auto start = std::chrono::steady_clock::now();
+      const uint64_t start = TickClock::now();
       store_.step();
       publish_slabs();  // a pipelined store resolves a round here
       complete_settled(self, own_done);
-      stats_.round_ns += ns_between(start, std::chrono::steady_clock::now());
+      stats_.round_ns += TickClock::ns_since(start);
       lock.lock();
     } else {
       break;

@@ -59,12 +59,19 @@ struct Connection {
   bool authenticated = false;
 };
 
-// Counters the workers keep for `stats` and for the time breakdown.
+// Counters for `stats` that any worker may change (rarely: connections, authentication).
 struct ServerCounters {
   std::atomic<uint64_t> curr_connections{0}, total_connections{0}, rejected_connections{0};
+  std::atomic<uint64_t> auth_cmds{0}, auth_errors{0};
+};
+
+// Counters one worker keeps for `stats` and the time breakdown, on its own cache line: shared by
+// all workers, their read-modify-writes on every request bounced one line between the cores.
+// Only the owner writes (add); `stats` sums them over the workers.
+struct alignas(64) WorkerCounters {
   std::atomic<uint64_t> bytes_read{0}, bytes_written{0}, conn_yields{0}, reads_paused{0};
   std::atomic<uint64_t> read_ns{0}, parse_ns{0}, reply_ns{0}, write_ns{0};
-  std::atomic<uint64_t> auth_cmds{0}, auth_errors{0};
+  static void add(std::atomic<uint64_t>& counter, uint64_t n) { counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
 };
 
 struct Submission {
@@ -100,7 +107,7 @@ class Scheduler {
 
  private:
   void run();
-  bool due(std::chrono::steady_clock::time_point now) const;
+  bool due() const;
   void drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vector<Connection*>& own_done);
   void execute_round(Worker* self, std::vector<Connection*>& own_done);
   void complete_settled(Worker* self, std::vector<Connection*>& own_done);
@@ -115,7 +122,8 @@ class Scheduler {
   std::condition_variable cv_;
   std::vector<Submission> queue_;
   size_t queued_commands_ = 0;
-  std::chrono::steady_clock::time_point first_arrival_;
+  std::chrono::steady_clock::time_point first_arrival_;  // read only with a --batch-period-us
+  uint64_t first_arrival_ticks_ = 0;                      // TickClock: the batch wait statistic
   bool running_ = false;  // a round is being run (by a receiver or the scheduler thread)
   bool unfinished_ = false;  // the store has work in hand (KvStore::has_pending), and nobody is running
   bool stopping_ = false;
@@ -154,6 +162,7 @@ class Worker {
   void wake();
   // Scheduler thread: these requests' rounds are done.
   void complete(std::vector<Connection*>& conns);
+  const WorkerCounters& counters() const { return counters_; }
 
  private:
   void run();
@@ -175,6 +184,7 @@ class Worker {
   void recycle(std::unique_ptr<Request> req);
 
   ServerContext& ctx_;
+  WorkerCounters counters_;
   int id_;
   int epoll_fd_ = -1;
   int event_fd_ = -1;

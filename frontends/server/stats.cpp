@@ -30,6 +30,11 @@ uint64_t total(const ServerContext& ctx, std::atomic<uint64_t> Scheduler::Stats:
   for (const Scheduler* scheduler : ctx.schedulers) sum += (scheduler->stats().*field).load();
   return sum;
 }
+uint64_t total(const ServerContext& ctx, std::atomic<uint64_t> WorkerCounters::*field) {
+  uint64_t sum = 0;
+  for (const Worker* worker : ctx.workers) sum += (worker->counters().*field).load(std::memory_order_relaxed);
+  return sum;
+}
 uint64_t limit_bytes(const ServerContext& ctx) {
   uint64_t sum = 0;
   for (const kv::KvStore* store : ctx.stores) sum += store->limit_bytes();
@@ -73,11 +78,11 @@ void general(std::string& out, const ServerContext& ctx) {
   stat(out, "touch_misses", total(ctx, &kv::KvCounters::touch_misses));
   stat(out, "auth_cmds", n.auth_cmds.load());
   stat(out, "auth_errors", n.auth_errors.load());
-  stat(out, "bytes_read", n.bytes_read.load());
-  stat(out, "bytes_written", n.bytes_written.load());
+  stat(out, "bytes_read", total(ctx, &WorkerCounters::bytes_read));
+  stat(out, "bytes_written", total(ctx, &WorkerCounters::bytes_written));
   stat(out, "limit_maxbytes", limit_bytes(ctx));
   stat(out, "threads", ctx.options.threads);
-  stat(out, "conn_yields", n.conn_yields.load());
+  stat(out, "conn_yields", total(ctx, &WorkerCounters::conn_yields));
   stat(out, "bytes", total(ctx, &kv::KvCounters::bytes));
   stat(out, "curr_items", total(ctx, &kv::KvCounters::curr_items));
   stat(out, "total_items", total(ctx, &kv::KvCounters::total_items));
@@ -103,11 +108,11 @@ void general(std::string& out, const ServerContext& ctx) {
   stat(out, "gphash_seconds_round", fmt::format("{:.6f}", seconds(total(ctx, &Scheduler::Stats::round_ns))));
   stat(out, "gphash_seconds_index", fmt::format("{:.6f}", seconds(total(ctx, &kv::KvCounters::index_ns))));
   stat(out, "gphash_seconds_resolve", fmt::format("{:.6f}", seconds(total(ctx, &kv::KvCounters::resolve_ns))));
-  stat(out, "gphash_seconds_read", fmt::format("{:.6f}", seconds(n.read_ns.load())));
-  stat(out, "gphash_seconds_parse", fmt::format("{:.6f}", seconds(n.parse_ns.load())));
-  stat(out, "gphash_seconds_reply", fmt::format("{:.6f}", seconds(n.reply_ns.load())));
-  stat(out, "gphash_seconds_write", fmt::format("{:.6f}", seconds(n.write_ns.load())));
-  stat(out, "gphash_reads_paused", n.reads_paused.load());
+  stat(out, "gphash_seconds_read", fmt::format("{:.6f}", seconds(total(ctx, &WorkerCounters::read_ns))));
+  stat(out, "gphash_seconds_parse", fmt::format("{:.6f}", seconds(total(ctx, &WorkerCounters::parse_ns))));
+  stat(out, "gphash_seconds_reply", fmt::format("{:.6f}", seconds(total(ctx, &WorkerCounters::reply_ns))));
+  stat(out, "gphash_seconds_write", fmt::format("{:.6f}", seconds(total(ctx, &WorkerCounters::write_ns))));
+  stat(out, "gphash_reads_paused", total(ctx, &WorkerCounters::reads_paused));
   kv::RecoveryReport r;  // the partitions' together (each opens its own pool, one after another)
   for (const kv::KvStore* store : ctx.stores) {
     const kv::RecoveryReport& p = store->recovery();

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kv/tick_clock.h"
 #include "reply.h"
 #include "server.h"
 
@@ -20,10 +21,7 @@ namespace {
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxEvents = 256;
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+using kv::TickClock;
 
 // Connections are epoll data; the listening socket and the wake-up eventfd are told apart by
 // these two tags (a Connection* is never this small).
@@ -209,7 +207,7 @@ void Worker::update_interest(Connection* c) {
   if (c->dead) return;
   uint32_t want = EPOLLRDHUP;
   if (may_read(c)) want |= EPOLLIN;
-  else ctx_.counters.reads_paused++;
+  else WorkerCounters::add(counters_.reads_paused, 1);
   if (c->out.size() > c->out_start) want |= EPOLLOUT;
   if (want == c->events) return;
   c->events = want;
@@ -220,7 +218,7 @@ void Worker::update_interest(Connection* c) {
 }
 
 void Worker::read_input(Connection* c) {
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = TickClock::now();
   bool eof = false;
   // Read while there is room; a data block being assembled may need up to the item size more.
   for (int rounds = 0; rounds < 16 && may_read(c); ++rounds) {
@@ -237,7 +235,7 @@ void Worker::read_input(Connection* c) {
       break;
     }
     c->in.append(scratch_.data(), static_cast<size_t>(n));
-    ctx_.counters.bytes_read += static_cast<uint64_t>(n);
+    WorkerCounters::add(counters_.bytes_read, static_cast<uint64_t>(n));
     parse_input(c);
     if (c->in_start == c->in.size()) {
       c->in.clear();
@@ -246,7 +244,7 @@ void Worker::read_input(Connection* c) {
     }
     if (static_cast<size_t>(n) < scratch_.size()) break;
   }
-  ctx_.counters.read_ns += now_ns() - t0;
+  WorkerCounters::add(counters_.read_ns, TickClock::ns_since(t0));
   if (eof) {
     close_connection(c);
     return;
@@ -255,7 +253,7 @@ void Worker::read_input(Connection* c) {
 }
 
 void Worker::parse_input(Connection* c) {
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = TickClock::now();
   while (!c->closing) {
     if (c->swallow > 0) {
       const uint64_t n = std::min<uint64_t>(c->swallow, c->in.size() - c->in_start);
@@ -278,7 +276,7 @@ void Worker::parse_input(Connection* c) {
     c->swallow = r.swallow;
     admit(c, std::move(req));
   }
-  ctx_.counters.parse_ns += now_ns() - t0;
+  WorkerCounters::add(counters_.parse_ns, TickClock::ns_since(t0));
 }
 
 // Queues a parsed request in order; those that need the store go to the scheduler.
@@ -354,7 +352,7 @@ void Worker::flush(Connection* c) {
 
 // Returns true when it parsed new input that may be answerable at once (flush again).
 bool Worker::flush_once(Connection* c) {
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = TickClock::now();
   const size_t limit = ctx_.options.conn_buffer_limit;
   bool quit = false;
   while (!c->queue.empty() && c->out.size() - c->out_start < limit) {
@@ -375,21 +373,21 @@ bool Worker::flush_once(Connection* c) {
     c->queue.pop_front();
     if (quit) break;
   }
-  const uint64_t t1 = now_ns();
-  ctx_.counters.reply_ns += t1 - t0;
+  const uint64_t t1 = TickClock::now();
+  WorkerCounters::add(counters_.reply_ns, TickClock::to_ns(t1 - t0));
   while (c->out.size() > c->out_start) {
     const ssize_t n = ::send(c->fd, c->out.data() + c->out_start, c->out.size() - c->out_start, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       if (errno == EINTR) continue;
-      ctx_.counters.write_ns += now_ns() - t1;
+      WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
       close_connection(c);
       return false;
     }
     c->out_start += static_cast<size_t>(n);
-    ctx_.counters.bytes_written += static_cast<uint64_t>(n);
+    WorkerCounters::add(counters_.bytes_written, static_cast<uint64_t>(n));
   }
-  ctx_.counters.write_ns += now_ns() - t1;
+  WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
   if (c->out_start == c->out.size()) {
     c->out.clear();
     c->out_start = 0;

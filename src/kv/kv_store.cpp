@@ -16,6 +16,7 @@
 #include "gphash/error.h"
 #include "gphash/table.h"
 #include "kv/kv_error.h"
+#include "kv/tick_clock.h"
 
 namespace gphash::kv {
 
@@ -24,9 +25,7 @@ namespace {
 constexpr int64_t kRelativeExptimeMax = 60 * 60 * 24 * 30;  // memcached: up to 30 days is relative
 constexpr size_t kSearchChunk = 1 << 20;                     // recovery searches in batches of this
 
-uint64_t elapsed_ns(std::chrono::steady_clock::time_point since) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - since).count());
-}
+uint64_t elapsed_ns(uint64_t since) { return TickClock::ns_since(since); }
 
 // memcached's number rules for incr/decr on a stored value: optional leading whitespace, digits,
 // optional trailing whitespace (a shorter result is padded with spaces, see resolve_arith).
@@ -613,7 +612,7 @@ void KvStore::send(const Round* searching) {
     finish_pending(f.changes, nullptr);
     return;
   }
-  const auto start = std::chrono::steady_clock::now();
+  const uint64_t start = TickClock::now();
   f.ops.assign(f.changes.ops.begin(), f.changes.ops.end());
   f.keys.assign(f.changes.keys.begin(), f.changes.keys.end());
   f.values.assign(f.changes.values.begin(), f.changes.values.end());
@@ -645,7 +644,7 @@ void KvStore::send(const Round* searching) {
 void KvStore::finish_in_flight() {
   InFlight& f = *in_flight_;
   if (!f.active) return;
-  const auto start = std::chrono::steady_clock::now();
+  const uint64_t start = TickClock::now();
   f.active = false;
   f.event.wait();
   f.event = {};
@@ -669,7 +668,7 @@ void KvStore::finish_in_flight() {
 // waits for this round's changes) or one whose head came from the changes on their way (it waits
 // for their batch).
 void KvStore::resolve_round(std::span<KvCommand* const> cmds) {
-  const auto start = std::chrono::steady_clock::now();
+  const uint64_t start = TickClock::now();
   if (!hold_) hold_.emplace(index_->table.hold_snapshots());
   Round& r = *round_;
   r.dirty.assign(r.sigs.size(), 0);

@@ -21,6 +21,7 @@
 
 #include "gphash/table.h"
 #include "kv/kv_store.h"
+#include "kv/tick_clock.h"
 #include "pool/pool.h"
 
 using namespace gphash::kv;
@@ -821,4 +822,13 @@ TEST(KvStore, AdoptsTheItemFileOfTheEarlierLayout) {
     EXPECT_EQ(check_numbered(store), 499u);
   }
   remove_pool(pool);
+}
+
+// The cheap clock of the time breakdowns reads nanoseconds (the TSC, calibrated at first use).
+TEST(TickClock, MeasuresASleepInNanoseconds) {
+  const uint64_t start = TickClock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const uint64_t ns = TickClock::ns_since(start);
+  EXPECT_GE(ns, 29'000'000u);
+  EXPECT_LT(ns, 200'000'000u);  // generous: a loaded CI machine may oversleep
 }
