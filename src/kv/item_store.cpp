@@ -272,11 +272,10 @@ void ItemStore::rebuild_free_lists() {
   static_assert(sizeof(Header) <= kHeaderBytes);
 }
 
-std::vector<SlabClassStats> ItemStore::class_stats() const {
-  std::vector<SlabClassStats> out(classes_.size());
+void ItemStore::class_stats(std::vector<SlabClassStats>& out) const {
+  out.resize(classes_.size());
   for (size_t i = 0; i < classes_.size(); ++i)
     out[i] = {chunk_sizes_[i], classes_[i].pages, classes_[i].used, classes_[i].free.size()};
-  return out;
 }
 
 }  // namespace gphash::kv

@@ -129,7 +129,7 @@ class ItemStore {
   void adopt(Location loc);   // marks a recovered item linked
   void rebuild_free_lists();  // every chunk not adopted is free (its cas is cleared)
 
-  std::vector<SlabClassStats> class_stats() const;
+  void class_stats(std::vector<SlabClassStats>& out) const;  // fills `out` (reusing its memory)
   uint64_t page_count() const { return page_count_; }
   uint64_t pages_assigned() const { return pages_assigned_; }
   uint32_t page_size() const { return page_size_; }

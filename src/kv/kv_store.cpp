@@ -289,7 +289,11 @@ Table& KvStore::table() { return index_->table; }
 
 std::string KvStore::index_engine() const { return index_->table.info().engine; }
 
-std::vector<SlabClassStats> KvStore::slab_stats() const { return items_->class_stats(); }
+std::vector<SlabClassStats> KvStore::slab_stats() const {
+  std::vector<SlabClassStats> out;
+  items_->class_stats(out);
+  return out;
+}
 
 // Store mode, at open: the live items are the chunks the index reaches; everything else (items
 // torn by a crash, superseded or deleted but not yet reused) is freed.
@@ -519,7 +523,8 @@ void KvStore::plan_evictions(Round& r, std::span<KvCommand* const> round) {
   for (const KvCommand* c : round)
     if (c->op == KvOp::kStore && c->mode != StoreMode::kAppend && c->mode != StoreMode::kPrepend)
       if (uint8_t cls = items_->class_for(c->key.size(), c->value.size())) ++need[cls];
-  const auto stats = items_->class_stats();
+  std::vector<SlabClassStats> stats;
+  items_->class_stats(stats);
   for (uint8_t cls = 1; cls < need.size(); ++cls) {
     if (need[cls] <= stats[cls - 1].free_chunks) continue;
     uint64_t want = need[cls] - stats[cls - 1].free_chunks;
