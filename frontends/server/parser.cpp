@@ -537,6 +537,7 @@ ParseResult Parser::parse_meta(const Tokens& t, Verb verb) {
   }
   req_.bytes.assign(in_.data(), consumed_);
   auto rebase = [&](std::string_view v) {
+    if (v.data() == nullptr) return v;  // k's token before the key is known: nothing to move
     return std::string_view(req_.bytes.data() + (v.data() - in_.data()), v.size());
   };
   for (auto& f : req_.meta) f.token = rebase(f.token);
