@@ -56,15 +56,16 @@ int listen_on(const std::string& address, uint16_t& port) {
   return fd;
 }
 
-// The stores' configurations, one per partition. Partition k of a partitioned store keeps its
-// pool at NAME.part<k> (and its snapshot at FILE.part<k>), so the pool's files say how many
-// partitions wrote it: without --partitions that number is used; with another one, keys would be
-// looked for in partitions that never held them: refused, naming the number to start with.
-// Otherwise the default is, for a cache, one partition per receiver (-t) while each partition's
-// memory holds at least two of the largest items (bench/results/2026-11-29-server-partitions);
-// for a new store one: its memory is split among the partitions, so a full partition refuses
-// writes while another has room, which only a user who asked for partitions should meet. With the
-// GPU index at most 4, the number measured (N partitions cut every GPU batch N ways).
+// The stores' configurations, one per partition. Partition k of N keeps its pool at
+// NAME.part<k>of<N> (and its snapshot at FILE.part<k>of<N>): the files say how many partitions
+// wrote the store, so a restart without --partitions uses that number and one with another number
+// is refused (keys would be looked for in partitions that never held them), as is a store with a
+// partition missing (its keys with it). Otherwise the default is, for a cache, one partition per
+// receiver (-t) while each partition's memory holds at least two of the largest items
+// (bench/results/2026-11-29-server-partitions); for a new store one: its memory is split among
+// the partitions, so a full partition refuses writes while another has room, which only a user
+// who asked for partitions should meet. With the GPU index at most 4, the number measured (N
+// partitions cut every GPU batch N ways).
 std::vector<kv::KvConfig> partition_configs(const Options& o) {
   constexpr int kMaxPartitions = 64;  // --partitions' range
   kv::KvConfig config;
@@ -84,12 +85,13 @@ std::vector<kv::KvConfig> partition_configs(const Options& o) {
     c.cas_first = static_cast<uint64_t>(k) + 1;
     c.cas_stride = static_cast<uint32_t>(n);
     if (c.mode == kv::Mode::kCache) return c;  // nothing on disk
-    c.pool += ".part" + std::to_string(k);
-    if (!c.snapshots.path.empty()) c.snapshots.path += ".part" + std::to_string(k);
+    const std::string suffix = ".part" + std::to_string(k) + "of" + std::to_string(n);
+    c.pool += suffix;
+    if (!c.snapshots.path.empty()) c.snapshots.path += suffix;
     return c;
   };
   int n = o.partitions;
-  if (n == 0 && o.mode == kv::Mode::kStore) n = 1;  // a pool may say otherwise, below
+  if (n == 0 && o.mode == kv::Mode::kStore) n = 1;  // the store's files may say otherwise, below
   if (n == 0) {
     const uint64_t memory = o.memory_mb << 20;
     const uint64_t fit = std::min<uint64_t>(memory / (2 * uint64_t{o.item_size_max}), memory / (2 << 20));
@@ -97,24 +99,36 @@ std::vector<kv::KvConfig> partition_configs(const Options& o) {
     n = static_cast<int>(std::clamp<uint64_t>(std::min(fit, wanted), 1, kMaxPartitions));
   }
   if (o.mode == kv::Mode::kStore) {
-    int found = 0, highest = -1;
-    for (int k = 0; k < kMaxPartitions; ++k)
-      if (kv::KvStore::store_exists(part(k, kMaxPartitions))) ++found, highest = k;
-    const bool whole = kv::KvStore::store_exists(config);
     const std::string name = "pool " + o.pool;
-    if (whole && found > 0)
-      throw kv::KvError(kv::KvErrorCode::kCorrupt, name + " has both unpartitioned files and partition files (.part<k>): remove the ones not in use");
-    if (found > 0 && found != highest + 1)
-      throw kv::KvError(kv::KvErrorCode::kCorrupt, name + " has partition " + std::to_string(highest) + " but only " + std::to_string(found) +
-                                                       " partition files: one is missing, and its keys with it");
-    const int existing = whole ? 1 : found;
-    if (existing > 0 && o.partitions == 0) n = existing;
-    if (existing > 0 && n != existing)
-      throw kv::KvError(kv::KvErrorCode::kInvalidArgument, name + " was written by " + std::to_string(existing) +
-                                                               (existing == 1 ? " partition" : " partitions") + ": start with --partitions " +
-                                                               std::to_string(existing) + " or without --partitions");
+    std::vector<int> layouts;  // partition counts some file of this store was written with
+    if (kv::KvStore::store_exists(config)) layouts.push_back(1);
+    for (int m = 2; m <= kMaxPartitions; ++m)
+      for (int k = 0; k < m; ++k)
+        if (kv::KvStore::store_exists(part(k, m))) {
+          layouts.push_back(m);
+          break;
+        }
+    if (layouts.size() > 1)
+      throw kv::KvError(kv::KvErrorCode::kCorrupt, name + " has files of " + std::to_string(layouts.size()) +
+                                                       " partition layouts (1 = NAME, N = NAME.part<k>of<N>): remove the ones not in use");
+    if (!layouts.empty()) {
+      const int existing = layouts.front();
+      for (int k = 0; k < existing; ++k)
+        if (!kv::KvStore::store_exists(part(k, existing)))
+          throw kv::KvError(kv::KvErrorCode::kCorrupt, name + ": partition " + std::to_string(k) + " of " + std::to_string(existing) +
+                                                           " is missing, and its keys with it");
+      if (o.partitions == 0) n = existing;
+      if (n != existing)
+        throw kv::KvError(kv::KvErrorCode::kInvalidArgument, name + " was written by " + std::to_string(existing) +
+                                                                 (existing == 1 ? " partition" : " partitions") + ": start with --partitions " +
+                                                                 std::to_string(existing) + " or without --partitions");
+    }
   }
   config.memory_bytes = (o.memory_mb << 20) / static_cast<uint64_t>(n);
+  if (config.memory_bytes < (uint64_t{2} << 20) || config.memory_bytes < 2 * uint64_t{o.item_size_max})
+    throw kv::KvError(kv::KvErrorCode::kInvalidArgument,
+                      "-m " + std::to_string(o.memory_mb) + " over " + std::to_string(n) +
+                          " partitions: each needs at least 2 MB and room for two of the largest items (-I)");
   std::vector<kv::KvConfig> configs;
   for (int k = 0; k < n; ++k) configs.push_back(part(k, n));
   return configs;

@@ -126,7 +126,7 @@ void general(std::string& out, const ServerContext& ctx) {
   stat(out, "gphash_recovery_freed_chunks", r.freed);
   stat(out, "gphash_recovery_seconds", fmt::format("{:.6f}", r.seconds));
   if (!ctx.options.snapshots.path.empty()) {
-    // Partitions snapshot one by one, each to its own file (FILE.part<k>): a snapshot is whole
+    // Partitions snapshot one by one, each to its own file (FILE.part<k>of<N>): a snapshot is whole
     // when every partition has taken it, so the count and the time are the oldest partition's.
     uint64_t taken = UINT64_MAX, last = UINT64_MAX, writes = 0;
     std::string error = "none";

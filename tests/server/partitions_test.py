@@ -4,7 +4,7 @@ pipeline. From the outside nothing may change but the CAS values: one connection
 requests over keys of every partition answer as memcached answers them (byte for byte, against
 Debian's memcached), multi-gets gather their keys from every partition in order, flush_all empties
 them all, stats add them up, CAS values stay unique; in store mode each partition keeps its own
-pool (NAME.part<k>) and snapshot, and a pool is opened only with the number that wrote it (the
+pool (NAME.part<k>of<N>) and snapshot, and a pool is opened only with the number that wrote it (the
 default when none is given). The defaults: a cache gets one partition per receiver, a new store one."""
 import glob
 import os
@@ -120,9 +120,9 @@ def store_mode():
         with h.gphash_server(*args) as s:
             h.exchange(s.port, data)
         files = sorted(os.path.basename(f) for f in glob.glob(f"/dev/shm/{pool}*"))
-        check(files == [f"{pool}.part{k}.index" for k in range(3)], f"one pool per partition: {files}")
+        check(files == [f"{pool}.part{k}of3.index" for k in range(3)], f"one pool per partition: {files}")
         snaps = sorted(os.path.basename(f) for f in glob.glob(snap + "*"))
-        check(snaps == [f"kv.snap.part{k}" for k in range(3)], f"one snapshot per partition: {snaps}")
+        check(snaps == [f"kv.snap.part{k}of3" for k in range(3)], f"one snapshot per partition: {snaps}")
         want = b"".join(b"VALUE p%d 0 5\r\nv%04d\r\n" % (i, i) for i in range(300)) + b"END\r\n"
         get_all = b"get " + b" ".join(b"p%d" % i for i in range(300)) + b"\r\n"
         with h.gphash_server(*args) as s:
@@ -138,10 +138,10 @@ def store_mode():
             os.unlink(f)  # what a reboot does to /dev/shm: each partition comes back from its snapshot
         with h.gphash_server(*args) as s:
             check(h.exchange(s.port, get_all) == want, "every partition restored from its snapshot")
-        os.unlink(f"/dev/shm/{pool}.part1.index")
-        os.unlink(snap + ".part1")
-        r = run(*args)
-        check(r.returncode == 1 and "missing" in r.stderr, f"a pool with a partition missing is refused: {r.stderr.strip()[:100]!r}")
+        os.unlink(f"/dev/shm/{pool}.part2of3.index")
+        os.unlink(snap + ".part2of3")
+        r = run("--mode", "store", "--pool", pool, "-t", "2")  # the last one gone: still refused
+        check(r.returncode == 1 and "partition 2 of 3 is missing" in r.stderr, f"a pool with a partition missing is refused: {r.stderr.strip()[:100]!r}")
     finally:
         cleanup()
         for f in glob.glob(os.path.join(snapdir, "*")):

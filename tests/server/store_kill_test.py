@@ -120,7 +120,7 @@ def main():
                     for key in keys:
                         history[key] = [(served.get(key), True)]
     finally:
-        for f in glob.glob(f"/dev/shm/{pool}.*"):  # NAME.index, or NAME.part<k>.index with --partitions
+        for f in glob.glob(f"/dev/shm/{pool}.*"):  # NAME.index, or NAME.part<k>of<N>.index with --partitions
             os.unlink(f)
     print(f"{checks - failed} passed, {failed} failed")
     return 1 if failed else 0
