@@ -104,6 +104,9 @@ struct OpenOptions {
   // nothing, so a large batch of them may grow a table that was within the batch's size of it).
   double max_load_factor = 0.95;
   uint64_t max_pool_bytes = 0;  // 0: limited by the file system only
+  // CPU engine: keep a copy of every slot's one-byte tag in DRAM (one byte per slot, rebuilt at
+  // open), so a lookup reads the pool only at slots whose tag matches and a miss not at all.
+  bool tag_mirror = true;
   // create: file space allocated for the pool up front (as a PMDK pool's size): the table's
   // resizes and heap growth up to it take memory the file has, which is faster (a 16-thread load
   // of 16 M keys into a growing table spent most of its resize time faulting new pages in), and a

@@ -76,6 +76,7 @@ struct Args {
   uint32_t segment_bytes = 16384;  // HMEH
   std::string engine = "cpu";
   int threads = 2;
+  bool no_tag_mirror = false;
   uint64_t seed = 1;
   uint64_t first_batch = 0;
   int64_t max_batches = -1;  // -1: forever
@@ -90,6 +91,7 @@ int run(const Args& a, ReportWriter& out) {
   OpenOptions options;
   options.engine = a.engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
   options.threads = a.threads;
+  options.tag_mirror = !a.no_tag_mirror;
   options.cache.policy = CachePolicy::kLfu;  // on, whatever the default
   options.cache.reload_operations = a.cache_reload;
   options.cache.fraction = 0.5;
@@ -149,6 +151,7 @@ int main(int argc, char** argv) {
   app.add_option("--segment-bytes", a.segment_bytes, "segment size of a created HMEH pool");
   app.add_option("--engine", a.engine, "engine")->check(CLI::IsMember({"cpu", "gpu"}));
   app.add_option("--threads", a.threads, "CPU engine threads (1: deterministic store order)");
+  app.add_flag("--no-tag-mirror", a.no_tag_mirror, "CPU engine: OpenOptions::tag_mirror off");
   app.add_option("--cache-reload", a.cache_reload, "GPU engine: operations between BktCache loading phases");
   app.add_option("--seed", a.seed, "workload seed (also the hash seed of a created pool)");
   app.add_option("--first-batch", a.first_batch, "number of the first batch (versions are unique per batch number)");

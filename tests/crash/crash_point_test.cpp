@@ -134,17 +134,21 @@ const std::vector<uint64_t>& workload_hits(const SweepConfig& c) {
 
 // Crashes that leave recovery work, as (point, which hit). GPHash: a resize interrupted before any
 // item moved and in the middle of its rehash, a move with both copies published, and an insert
-// whose slot is claimed but not published. HMEH: an insert's claim, and a split just published
-// (the flat directory must be rebuilt from the radix tree, the old segment is free again).
+// whose slot is claimed but not published: in the pool only without the tag mirror (claims are
+// made in the mirror otherwise), as pools written by an engine without it have. HMEH: an insert's
+// claim, and a split just published (the flat directory must be rebuilt from the radix tree, the
+// old segment is free again).
 struct SetupPoint {
   const char* point;
-  double fraction;  // of the workload's hits of that point (0: the first hit)
+  double fraction;          // of the workload's hits of that point (0: the first hit)
+  bool tag_mirror = true;   // the crashed child's OpenOptions::tag_mirror
 };
 const SetupPoint kSetups[] = {
     {"resize.begin.after_header", 0.5},
     {"rehash.after_copy_up", 0.5},
     {"move.after_link", 0},
     {"insert.after_claim", 0.5},
+    {"insert.after_claim", 0.5, false},
 };
 const SetupPoint kHmehSetups[] = {
     {"hmeh.insert.after_claim", 0.5},
@@ -169,8 +173,9 @@ SetupCrash setup_crash(const SweepConfig& c, const SetupPoint& setup) {
   const uint64_t workload = workload_hits(c)[point];
   if (workload == 0) return s;  // e.g. no displacement in this configuration
   const uint64_t n = std::max<uint64_t>(1, static_cast<uint64_t>(setup.fraction * static_cast<double>(workload)));
-  s.what = fmt::format("{} after a crash at {}:{}", c.name, setup.point, n);
+  s.what = fmt::format("{} after a crash at {}:{}{}", c.name, setup.point, n, setup.tag_mirror ? "" : " without the tag mirror");
   s.pool.emplace(sweep_pool(c, "setup"));
+  s.pool->tag_mirror = setup.tag_mirror;
   ChildRun first = run_child(*s.pool, kBatches, {crash_at(point, n)});
   EXPECT_TRUE(first.killed) << s.what << ": the setup crash did not happen";
   s.in_flight = first.in_flight;

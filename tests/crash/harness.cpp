@@ -42,14 +42,16 @@ std::vector<std::string> PoolUnderTest::child_args(std::optional<int64_t> max_ba
                        "--capacity", std::to_string(capacity)});
   }
   if (max_batches) a.insert(a.end(), {"--max-batches", std::to_string(*max_batches)});
+  if (!tag_mirror) a.push_back("--no-tag-mirror");
   return a;
 }
 
 std::string PoolUnderTest::describe() const {
   const std::string layout =
       index == "hmeh" ? fmt::format("hmeh, {}-byte segments", segment_bytes) : fmt::format("gphash {}", shape);
-  return fmt::format("pool {} (key width {}, value width {}, {}, capacity {}, seed {}, engine {}, threads {})", path,
-                     params.key_width, params.value_width, layout, capacity, seed, engine, threads);
+  return fmt::format("pool {} (key width {}, value width {}, {}, capacity {}, seed {}, engine {}, threads {}{})", path,
+                     params.key_width, params.value_width, layout, capacity, seed, engine, threads,
+                     tag_mirror ? "" : ", no tag mirror");
 }
 
 std::vector<std::string> absorb_report(PoolUnderTest& pool, const ChildReport& report,

@@ -24,6 +24,7 @@ struct PoolUnderTest {
   uint64_t seed = 1;
   std::string engine = "cpu";  // the child's engine
   int threads = 2;             // the child's CPU threads
+  bool tag_mirror = true;      // the child's OpenOptions::tag_mirror (CPU engine)
   CrashModel model;            // acknowledged state (exact after each verification)
   uint64_t key_space = 0;      // records [0, key_space) may have been written
   uint64_t next_batch = 0;     // batch numbers are never reused, so versions stay unique

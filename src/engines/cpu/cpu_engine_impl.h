@@ -112,6 +112,7 @@ class CpuEngine final : public Engine {
     } else {
       items_ = meta_.header().item_count;
     }
+    if (options.tag_mirror) table_.build_mirror(threads_);
     if (dirty) stats_.recovery_seconds = seconds_since(t0);
     stats_.recovered = dirty;
     stats_.open_seconds = seconds_since(t0);
@@ -133,6 +134,8 @@ class CpuEngine final : public Engine {
     return table_.export_items(position, chunk.keys, chunk.values, chunk.capacity, damaged);
   }
   std::vector<uint64_t> level_items() override { return table_.level_items(threads_); }
+  // Tests: slots whose tag mirror byte disagrees with the pool (0 between batches).
+  uint64_t mirror_mismatches() { return table_.mirror_mismatches(threads_); }
   EngineStats stats() const override { return stats_; }
 
   void abandon() override { closed_ = true; }
@@ -153,9 +156,7 @@ class CpuEngine final : public Engine {
     BatchShards shards(
         batch, threads, run_threads,
         [&](size_t i) {
-          Probe p;
-          table_.prepare(p, key_of(batch, i));
-          return static_cast<uint32_t>(((p.hash[0] >> 32) * static_cast<uint64_t>(threads)) >> 32);
+          return static_cast<uint32_t>(((table_.first_hash(key_of(batch, i)) >> 32) * static_cast<uint64_t>(threads)) >> 32);
         },
         BatchShards::Searches::kInOrder);
     Exhausted exhausted;
@@ -188,7 +189,15 @@ class CpuEngine final : public Engine {
 
  private:
   static constexpr size_t kMinOpsPerThread = 256;
-  static constexpr size_t kPrefetchDistance = 8;
+  // Operations ahead: with the tag mirror, the candidates' tag words are prefetched
+  // kTagDistance operations ahead and the pool lines their tags point at kSlotDistance ahead;
+  // without it, the candidate buckets kBucketDistance ahead. (16-core Xeon, 16 M keys, 16 threads:
+  // tags 20 / slots 8 was the best of 12/5, 20/8 and 32/12, bench/results/2026-11-29-tag-mirror.)
+  static constexpr size_t kTagDistance = 20;
+  static constexpr size_t kSlotDistance = 8;
+  static constexpr size_t kBucketDistance = 8;
+  static constexpr size_t kRing = 32;  // a power of two above each distance
+  static_assert(kTagDistance < kRing && kBucketDistance < kRing);
 
   static Op op_of(const Batch& b, size_t i) { return BatchShards::op_of(b, i); }
   // Calls f(t) for t in [0, threads) on that many threads and waits for all.
@@ -226,17 +235,26 @@ class CpuEngine final : public Engine {
   // aside).
   size_t run_range(const Batch& b, BatchShards& shards, size_t begin, size_t end, int tid, int64_t& delta,
                    Deferred& deferred) {
-    Probe ring[kPrefetchDistance];
+    Probe ring[kRing];
     const size_t count = end - begin;
+    const bool mirror = table_.mirror_on();
+    const size_t ahead = mirror ? kTagDistance : kBucketDistance;
     auto stage = [&](size_t k) {
-      Probe& p = ring[k % kPrefetchDistance];
+      Probe& p = ring[k % kRing];
       table_.prepare(p, key_of(b, shards.index(begin + k)));
-      table_.prefetch(p);
+      if (mirror) table_.prefetch_tags(p);
+      else table_.prefetch(p);
     };
-    for (size_t k = 0; k < std::min(count, kPrefetchDistance); ++k) stage(k);
+    auto stage_slots = [&](size_t k) {
+      const Op op = op_of(b, shards.index(begin + k));
+      table_.prefetch_slots(ring[k % kRing], op == Op::kInsert || op == Op::kUpsert);
+    };
+    for (size_t k = 0; k < std::min(count, ahead); ++k) stage(k);
+    if (mirror)
+      for (size_t k = 0; k < std::min(count, kSlotDistance); ++k) stage_slots(k);
     for (size_t k = 0; k < count; ++k) {
       const size_t p = begin + k, i = shards.index(p);
-      const Probe& probe = ring[k % kPrefetchDistance];
+      const Probe& probe = ring[k % kRing];
       const bool after_deferred = !deferred.positions.empty() && deferred.holds(probe.hash[0]);
       const Outcome o = after_deferred ? Outcome::kNeedSlot
                                        : table_.apply(op_of(b, i), probe, value_in(b, i), shards.value_out(p), tid, delta);
@@ -247,7 +265,8 @@ class CpuEngine final : public Engine {
       } else {
         shards.status(p) = to_status(o);
       }
-      if (k + kPrefetchDistance < count) stage(k + kPrefetchDistance);
+      if (k + ahead < count) stage(k + ahead);
+      if (mirror && k + kSlotDistance < count) stage_slots(k + kSlotDistance);
     }
     return end;
   }

@@ -18,6 +18,7 @@
 #include "engines/common/table_meta.h"
 #include "engines/cpu/cell_allocator.h"
 #include "engines/cpu/memory.h"
+#include "engines/cpu/tag_mirror.h"
 #include "format/cell.h"
 #include "format/hash.h"
 #include "format/layout.h"
@@ -49,11 +50,15 @@ class CpuTable {
   using Layout = format::StaticBucketLayout<KeyWidth, S>;
   static constexpr uint64_t kNoCell = CellAllocator::kNoCell;
 
-  // A key with its hashes and the state word its published copies carry.
+  using Mirror = TagMirror<S>;
+  using TagWord = typename Mirror::Word;
+
+  // A key with its hashes, the state word its published copies carry and their tag.
   struct Probe {
     uint64_t key[kKeyWords];
     uint64_t hash[H];
     uint64_t published;
+    uint8_t tag;
   };
 
   struct SlotRef {
@@ -83,26 +88,99 @@ class CpuTable {
     heap_ = format::heap_geometry(h);
     heap_cells_ = meta_.heap_cells();
     for (uint32_t c = 0; c < h.gphash.heap_chunk_count; ++c) chunk_[c] = meta_.pool().template at<std::byte>(h.gphash.heap_chunk_offset[c]);
+    if (mirror_.on()) mirror_.keep_levels(bottom_, highest_);
+  }
+
+  // Builds the tag mirror from the pool and turns it on (after recovery: until then every path
+  // reads the pool). One pass over the active levels' state words.
+  void build_mirror(int threads) {
+    mirror_.keep_levels(bottom_, highest_);
+    for_each_slot(threads, [&](const SlotRef& at) {
+      mirror_.set(at.level, at.index, at.slot, mirror_byte(at, Memory::load(state_word(at))));
+    });
+    mirror_.set_on(true);
+  }
+
+  // Slots whose mirror byte disagrees with the pool (tests: must be 0 between batches).
+  uint64_t mirror_mismatches(int threads) {
+    if (!mirror_.on()) return 0;
+    std::atomic<uint64_t> bad{0};
+    for_each_slot(threads, [&](const SlotRef& at) {
+      if (mirror_.get(at.level, at.index, at.slot) != mirror_byte(at, Memory::load(state_word(at)))) bad.fetch_add(1);
+    });
+    return bad.load();
   }
 
   void prepare(Probe& p, const void* key) const {
     std::memcpy(p.key, key, KeyWidth);
     for (int j = 0; j < H; ++j) p.hash[j] = format::xxh64_words<kKeyWords>(p.key, seed_[j]);
-    if constexpr (Layout::kKeyIsState)
-      p.published = format::encode_key_word(p.key[0]);
-    else
-      p.published = format::fingerprint(p.hash[0], p.hash[H - 1]);
+    const uint64_t fp = format::fingerprint(p.hash[0], p.hash[H - 1]);
+    p.published = Layout::kKeyIsState ? format::encode_key_word(p.key[0]) : fp;
+    p.tag = format::tag_of(fp);
+  }
+
+  // The first hash alone (what the batch driver shards by), without the rest of prepare().
+  uint64_t first_hash(const void* key) const {
+    uint64_t words[kKeyWords];
+    std::memcpy(words, key, KeyWidth);
+    return format::xxh64_words<kKeyWords>(words, seed_[0]);
   }
 
   void prefetch(const Probe& p) const { prefetch(p, bottom_, top_); }
-  // p's candidate buckets in levels [lo, hi].
+  // p's candidate buckets in levels [lo, hi], and their tag words when the mirror is on.
   void prefetch(const Probe& p, uint32_t lo, uint32_t hi) const {
+    prefetch_tags(p, lo, hi);
     for (uint32_t level = lo; level <= hi; ++level)
       for (int j = 0; j < H; ++j) {
         const std::byte* b = bucket(level, format::bucket_at(p.hash[j], level));
         prefetch_line(b);
         if constexpr (Layout::kKeyIsState && Layout::kBytes > 64) prefetch_line(b + 64);
       }
+  }
+
+  // The batch driver's two prefetch stages (the mirror on): first the tag words of p's
+  // candidate buckets; a few operations later (the tags cached by then) the pool's lines that the
+  // operation will read: the slots whose tag matches, and for a write that matches none, the slot
+  // the insert rule would take.
+  void prefetch_tags(const Probe& p, uint32_t lo, uint32_t hi) const {
+    if (!mirror_.on()) return;
+    for (uint32_t level = lo; level <= hi; ++level)
+      for (int j = 0; j < H; ++j) prefetch_line(mirror_.address(level, format::bucket_at(p.hash[j], level)));
+  }
+  void prefetch_tags(const Probe& p) const { prefetch_tags(p, bottom_, top_); }
+  bool mirror_on() const { return mirror_.on(); }
+  void prefetch_slots(const Probe& p, bool may_add) const {
+    const uint32_t lo = bottom_, hi = top_;
+    uint32_t best_score = ~0u;
+    const std::byte* target = nullptr;
+    int target_slot = 0;
+    bool matched = false;
+    for_each_bucket_by_rank(p, lo, hi, [&](uint32_t level, uint64_t index, int j) {
+      const TagWord tags = mirror_.word(level, index);
+      const std::byte* b = bucket(level, index);
+      for (TagWord m = Mirror::match_mask(tags, p.tag); m; m &= m - 1) {
+        const SlotRef at{const_cast<std::byte*>(b), level, index, static_cast<uint32_t>(Mirror::first_slot(m))};
+        prefetch_line(state_word(at));
+        if constexpr (!Layout::kKeyIsState) prefetch_line(key_bytes(at));
+        matched = true;
+      }
+      if (may_add && !matched) {
+        const TagWord empty = Mirror::match_mask(tags, Mirror::kEmpty);
+        const uint32_t score = format::target_score(S - Mirror::count(empty), static_cast<int>(level - lo), j,
+                                                    static_cast<int>(hi - lo + 1));
+        if (empty && score < best_score) {
+          best_score = score;
+          target = b;
+          target_slot = Mirror::first_slot(empty);
+        }
+      }
+      return false;
+    });
+    if (target && !matched) {
+      const SlotRef at{const_cast<std::byte*>(target), 0, 0, static_cast<uint32_t>(target_slot)};
+      prefetch_for_write(state_word(at));
+      if constexpr (!Layout::kKeyIsState) prefetch_for_write(key_bytes(at));
+    }
   }
 
   // A prefetch the compiler cannot drop. With __builtin_prefetch, GCC 12 at -O3 compiled
@@ -115,6 +193,14 @@ class CpuTable {
     asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
 #else
     __builtin_prefetch(p);
+#endif
+  }
+  // The same for a line about to be written: owned, so the stores do not ask for it again.
+  static void prefetch_for_write(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+    asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+#else
+    __builtin_prefetch(p, 1);
 #endif
   }
 
@@ -152,6 +238,7 @@ class CpuTable {
         if (!Memory::cas(state_word(s.match), expected, format::kSlotEmpty)) continue;  // changed under us: look again
         mem_.persist(state_word(s.match), 8);
         GPHASH_CRASH_POINT("erase.after_cas");
+        if (mirror_.on()) mirror_.set(s.match.level, s.match.index, s.match.slot, Mirror::kEmpty);
         if (has_heap_) cells_.release(tid, old_cell);
         --count_delta;
         return finish(Outcome::kOk);
@@ -165,8 +252,7 @@ class CpuTable {
       } else {
         word = inline_word(value_in);
       }
-      uint64_t expected = format::kSlotEmpty;
-      if (!Memory::cas(state_word(s.free), expected, format::kSlotInserting)) continue;  // another insert took it
+      if (!claim(s.free)) continue;  // another insert took it
       GPHASH_CRASH_POINT("insert.after_claim");
       link(s.free, p, word);
       cell = kNoCell;
@@ -200,10 +286,14 @@ class CpuTable {
   // included). Idempotent: an item already copied up is only cleared below, so a resize
   // interrupted by a crash resumes by calling this again.
   //
-  // Software-pipelined like the batch driver: an item's candidate buckets above are prefetched
-  // kRehashAhead items before it is copied. Without it every copy waited for its four buckets' misses
-  // in turn, and a load from a small table spent more time in resizes than in its inserts (2-core
-  // VM, 4 M keys, 2 threads: 0.70 s of resizes, 0.43 s of inserts).
+  // Software-pipelined like the batch driver: an item's candidate buckets above (and their tag
+  // words) are prefetched kRehashAhead items before it is copied. Without it every copy waited for
+  // its four buckets' misses in turn, and a load from a small table spent more time in resizes than
+  // in its inserts (2-core VM, 4 M keys, 2 threads: 0.70 s of resizes, 0.43 s of inserts). Two
+  // stages as in the batch driver (tags, then the target slot) measured no faster at 16 threads
+  // and 25-50% slower at one (bench/results/2026-11-29-tag-mirror, call 4). The source slot is
+  // cleared by a plain store: nothing else runs during a rehash, and each bottom bucket is one
+  // thread's.
   void rehash_bottom(int threads) {
     const uint32_t level = bottom_;
     std::atomic<bool> unplaced{false};
@@ -213,7 +303,6 @@ class CpuTable {
     for (uint64_t c = 0; c < chunks; ++c) {
       struct Pending {
         SlotRef from;
-        uint64_t state;
         Probe item;
       } ring[kRehashAhead];
       size_t staged = 0, done = 0;
@@ -223,8 +312,7 @@ class CpuTable {
           return;
         }
         GPHASH_CRASH_POINT("rehash.after_copy_up");
-        uint64_t expected = q.state;
-        Memory::cas(state_word(q.from), expected, format::kSlotEmpty);
+        Memory::store(state_word(q.from), format::kSlotEmpty);
         mem_.persist(state_word(q.from), 8);
         GPHASH_CRASH_POINT("rehash.after_clear");
       };
@@ -238,7 +326,6 @@ class CpuTable {
           if (staged - done == kRehashAhead) copy(ring[done++ % kRehashAhead]);
           Pending& q = ring[staged++ % kRehashAhead];
           q.from = from;
-          q.state = state;
           load_probe(from, state, q.item);
           prefetch(q.item, level + 1, highest_);
         }
@@ -460,18 +547,35 @@ class CpuTable {
     for_each_bucket_by_rank(p, lo, hi, [&](uint32_t level, uint64_t index, int j) {
       std::byte* b = bucket(level, index);
       int load = 0, first_empty = -1;
-      for (int s = 0; s < S; ++s) {
-        const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
-        const uint64_t state = Memory::load(state_word(at));
-        if (state == format::kSlotEmpty) {
-          if (first_empty < 0) first_empty = s;
-          continue;
-        }
-        ++load;
-        if (!r.found && state == p.published && key_matches(at, p)) {
-          r.match = at;
-          r.found = true;
-          if (stop_at_match) return true;
+      if (mirror_.on()) {
+        const TagWord tags = mirror_.word(level, index);
+        if (!r.found)
+          for (TagWord m = Mirror::match_mask(tags, p.tag); m; m &= m - 1) {
+            const SlotRef at{b, level, index, static_cast<uint32_t>(Mirror::first_slot(m))};
+            if (Memory::load(state_word(at)) == p.published && key_matches(at, p)) {
+              r.match = at;
+              r.found = true;
+              if (stop_at_match) return true;
+              break;
+            }
+          }
+        const TagWord empty = Mirror::match_mask(tags, Mirror::kEmpty);
+        load = S - Mirror::count(empty);
+        if (empty) first_empty = Mirror::first_slot(empty);
+      } else {
+        for (int s = 0; s < S; ++s) {
+          const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+          const uint64_t state = Memory::load(state_word(at));
+          if (state == format::kSlotEmpty) {
+            if (first_empty < 0) first_empty = s;
+            continue;
+          }
+          ++load;
+          if (!r.found && state == p.published && key_matches(at, p)) {
+            r.match = at;
+            r.found = true;
+            if (stop_at_match) return true;
+          }
         }
       }
       const uint32_t score = format::target_score(load, static_cast<int>(level - lo), j, static_cast<int>(hi - lo + 1));
@@ -490,6 +594,16 @@ class CpuTable {
   bool find_valid(const Probe& p, SlotRef& out) const {
     return for_each_bucket_by_rank(p, bottom_, top_, [&](uint32_t level, uint64_t index, int) {
       std::byte* b = bucket(level, index);
+      if (mirror_.on()) {
+        for (TagWord m = Mirror::match_mask(mirror_.word(level, index), p.tag); m; m &= m - 1) {
+          const SlotRef at{b, level, index, static_cast<uint32_t>(Mirror::first_slot(m))};
+          if (Memory::load(state_word(at)) == p.published && key_matches(at, p)) {
+            out = at;
+            return true;
+          }
+        }
+        return false;
+      }
       for (int s = 0; s < S; ++s) {
         const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
         if (Memory::load(state_word(at)) == p.published && key_matches(at, p)) {
@@ -563,7 +677,7 @@ class CpuTable {
     return stored == format::value_checksum(out, value_width_, p.hash[0]);
   }
 
-  // Fills a claimed (INSERTING) slot and publishes it: key and value word are durable before the
+  // Fills a claimed slot (claim()) and publishes it: key and value word are durable before the
   // state word says the slot holds them.
   void link(const SlotRef& at, const Probe& p, uint64_t value_word_bits) {
     if constexpr (!Layout::kKeyIsState) {
@@ -577,6 +691,38 @@ class CpuTable {
     Memory::store(state_word(at), p.published);
     mem_.persist(state_word(at), 8);
     GPHASH_CRASH_POINT("link.after_publish");
+    if (mirror_.on()) mirror_.set(at.level, at.index, at.slot, p.tag);
+  }
+
+  // Takes an empty slot for link(). With the mirror on, inserts race for it there, in DRAM, and
+  // the pool's state word stays EMPTY until link() publishes it: no locked instruction on a pool
+  // line (a CAS waits for the line; a store does not), and a crash before the publish leaves an
+  // empty slot either way. (A pool slot that is not empty under an empty mirror byte would be a
+  // mirror out of step with the pool: the byte is set from the pool again and the claim fails, so
+  // the caller looks again.) Without it, EMPTY -> INSERTING by CAS in the pool.
+  bool claim(const SlotRef& at) {
+    if (mirror_.on()) {
+      if (!mirror_.claim(at.level, at.index, at.slot)) return false;
+      const uint64_t state = Memory::load(state_word(at));
+      if (state == format::kSlotEmpty) return true;
+      mirror_.set(at.level, at.index, at.slot, mirror_byte(at, state));
+      return false;
+    }
+    uint64_t expected = format::kSlotEmpty;
+    return Memory::cas(state_word(at), expected, format::kSlotInserting);
+  }
+
+  // A slot's mirror byte as its state word says.
+  uint8_t mirror_byte(const SlotRef& at, uint64_t state) const {
+    if (state == format::kSlotEmpty) return Mirror::kEmpty;
+    if (state == format::kSlotInserting) return Mirror::kClaimed;
+    if constexpr (Layout::kKeyIsState) {
+      Probe p;
+      load_probe(at, state, p);
+      return p.tag;
+    } else {
+      return format::tag_of(state);  // the state word is the fingerprint
+    }
   }
 
   void load_probe(const SlotRef& at, uint64_t state, Probe& p) const {
@@ -596,8 +742,7 @@ class CpuTable {
       const Scan s = scan(item, bottom_ + 1, highest_, /*stop_at_match=*/true);
       if (s.found) return true;  // copied by an interrupted earlier attempt
       if (!s.has_free) return false;
-      uint64_t expected = format::kSlotEmpty;
-      if (!Memory::cas(state_word(s.free), expected, format::kSlotInserting)) continue;
+      if (!claim(s.free)) continue;
       GPHASH_CRASH_POINT("rehash.after_claim");
       link(s.free, item, Memory::load(value_word(from)));
       return true;
@@ -614,16 +759,15 @@ class CpuTable {
     Memory::store(&rec->move_state, format::kMoveInProgress);
     mem_.persist(&rec->move_state, 8);
     GPHASH_CRASH_POINT("move.after_record");
-    uint64_t expected = format::kSlotEmpty;
-    if (!Memory::cas(state_word(to), expected, format::kSlotInserting))
-      throw Error(ErrorCode::kCorruptTable, "a displacement target changed during an exclusive move");
+    if (!claim(to)) throw Error(ErrorCode::kCorruptTable, "a displacement target changed during an exclusive move");
     GPHASH_CRASH_POINT("move.after_claim");
     link(to, item, Memory::load(value_word(from)));
     GPHASH_CRASH_POINT("move.after_link");
-    expected = item.published;
+    uint64_t expected = item.published;
     Memory::cas(state_word(from), expected, format::kSlotEmpty);
     mem_.persist(state_word(from), 8);
     GPHASH_CRASH_POINT("move.after_clear_source");
+    if (mirror_.on()) mirror_.set(from.level, from.index, from.slot, Mirror::kEmpty);
     Memory::store(&rec->move_state, format::kMoveIdle);
     mem_.persist(&rec->move_state, 8);
     GPHASH_CRASH_POINT("move.after_record_idle");
@@ -657,6 +801,7 @@ class CpuTable {
   format::HeapGeometry heap_{};
   uint64_t heap_cells_ = 0;
   std::byte* chunk_[format::kMaxHeapChunks] = {};
+  Mirror mirror_;
 };
 
 }  // namespace gphash::engine::cpu
