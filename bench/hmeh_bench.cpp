@@ -93,7 +93,7 @@ struct Settings {
   uint64_t seed = 1;
   bool force_flush = false;  // throughput: cache-line write-back as the persist barrier
   uint64_t reserve = 0;      // throughput: OpenOptions::reserve_pool_bytes of the pools
-  bool no_tag_mirror = false;  // throughput: the GPHash CPU engine without OpenOptions::tag_mirror
+  bool no_tag_mirror = false;  // throughput, recovery: the GPHash CPU engine without OpenOptions::tag_mirror
 };
 
 // A pool path removed (with leftovers of a killed create) when it goes out of scope.
@@ -365,6 +365,7 @@ json recovery(Settings s, const std::vector<uint64_t>& sizes, int repeat, int th
       ScratchPool pool(s, "recovery-gphash");
       OpenOptions o;
       o.threads = threads;
+      o.tag_mirror = !s.no_tag_mirror;  // an open builds the mirror from the pool
       {
         TableConfig c = config_for(s, "gphash");
         Table t = Table::create(pool.path(), c, o);
@@ -460,7 +461,7 @@ int main(int argc, char** argv) {
                "throughput: persist with cache-line write-back and a fence (the persistent-memory path) "
                "instead of the /dev/shm default (fences only)");
   app.add_flag("--no-tag-mirror", s.no_tag_mirror,
-               "throughput: the GPHash CPU engine reads the pool's buckets for every probe (OpenOptions::tag_mirror off)");
+               "throughput, recovery: the GPHash CPU engine without its DRAM tag mirror (OpenOptions::tag_mirror off)");
   app.add_option("--json", json_path, "write the results as JSON here");
   CLI11_PARSE(app, argc, argv);
   try {

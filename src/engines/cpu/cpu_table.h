@@ -96,7 +96,7 @@ class CpuTable {
   void build_mirror(int threads) {
     mirror_.keep_levels(bottom_, highest_);
     for_each_slot(threads, [&](const SlotRef& at) {
-      mirror_.set(at.level, at.index, at.slot, mirror_byte(at, Memory::load(state_word(at))));
+      mirror_.set(at.level, at.index, at.slot, mirror_byte(Memory::load(state_word(at))));
     });
     mirror_.set_on(true);
   }
@@ -106,7 +106,7 @@ class CpuTable {
     if (!mirror_.on()) return 0;
     std::atomic<uint64_t> bad{0};
     for_each_slot(threads, [&](const SlotRef& at) {
-      if (mirror_.get(at.level, at.index, at.slot) != mirror_byte(at, Memory::load(state_word(at)))) bad.fetch_add(1);
+      if (mirror_.get(at.level, at.index, at.slot) != mirror_byte(Memory::load(state_word(at)))) bad.fetch_add(1);
     });
     return bad.load();
   }
@@ -114,9 +114,11 @@ class CpuTable {
   void prepare(Probe& p, const void* key) const {
     std::memcpy(p.key, key, KeyWidth);
     for (int j = 0; j < H; ++j) p.hash[j] = format::xxh64_words<kKeyWords>(p.key, seed_[j]);
-    const uint64_t fp = format::fingerprint(p.hash[0], p.hash[H - 1]);
-    p.published = Layout::kKeyIsState ? format::encode_key_word(p.key[0]) : fp;
-    p.tag = format::tag_of(fp);
+    if constexpr (Layout::kKeyIsState)
+      p.published = format::encode_key_word(p.key[0]);
+    else
+      p.published = format::fingerprint(p.hash[0], p.hash[H - 1]);
+    p.tag = Mirror::tag_of_state(p.published);
   }
 
   // The first hash alone (what the batch driver shards by), without the rest of prepare().
@@ -705,7 +707,7 @@ class CpuTable {
       if (!mirror_.claim(at.level, at.index, at.slot)) return false;
       const uint64_t state = Memory::load(state_word(at));
       if (state == format::kSlotEmpty) return true;
-      mirror_.set(at.level, at.index, at.slot, mirror_byte(at, state));
+      mirror_.set(at.level, at.index, at.slot, mirror_byte(state));
       return false;
     }
     uint64_t expected = format::kSlotEmpty;
@@ -713,16 +715,10 @@ class CpuTable {
   }
 
   // A slot's mirror byte as its state word says.
-  uint8_t mirror_byte(const SlotRef& at, uint64_t state) const {
+  static uint8_t mirror_byte(uint64_t state) {
     if (state == format::kSlotEmpty) return Mirror::kEmpty;
     if (state == format::kSlotInserting) return Mirror::kClaimed;
-    if constexpr (Layout::kKeyIsState) {
-      Probe p;
-      load_probe(at, state, p);
-      return p.tag;
-    } else {
-      return format::tag_of(state);  // the state word is the fingerprint
-    }
+    return Mirror::tag_of_state(state);
   }
 
   void load_probe(const SlotRef& at, uint64_t state, Probe& p) const {
