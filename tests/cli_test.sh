@@ -31,6 +31,8 @@ expect 0 "load" -- "$gphash" load $pool --records 20000 --no-progress; contains 
 expect 0 "run a" -- "$gphash" run $pool --workload a --operations 20000 --no-progress
 expect 2 "run e" -- "$gphash" run $pool --workload e; contains "run e" "takes one of a, b, c, d, f"
 expect 0 "check" -- "$gphash" check $pool; contains check "ok (20000 items)"
+expect 0 "run without the tag mirror" -- "$gphash" run $pool --workload c --operations 20000 --tag-mirror off --no-progress
+expect 2 "tag mirror neither on nor off" -- "$gphash" run $pool --workload c --tag-mirror maybe
 printf 'not a pool at all' >/dev/shm/$pool.bad
 expect 1 "check a file that is not a pool" -- "$gphash" check /dev/shm/$pool.bad; contains "bad pool" "not a gphash pool"
 expect 1 "info on a missing pool" -- "$gphash" info /dev/shm/$pool.missing; contains missing "no pool"

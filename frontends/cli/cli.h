@@ -59,6 +59,7 @@ struct EngineFlags {
   uint64_t cache_reload = uint64_t{1} << 21;
   std::string cache_values = "on";
   std::string kernels = "warp";
+  std::string tag_mirror = "on";  // CPU engine: OpenOptions::tag_mirror
 };
 
 // The shard list of --shards / --devices (OpenOptions::shards); throws CLI::ValidationError.
