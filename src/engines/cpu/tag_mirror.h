@@ -1,16 +1,16 @@
 // The CPU engine's tag mirror: one byte per slot of the active levels, in DRAM, kept next to the
 // pool by every write the engine makes (0 = empty, 1 = claimed by an insert in flight, >= 2 = the
-// tag of a published slot, tag_of_state below). A bucket's S
-// tags are one word, so a key's candidates are L*H word reads in arrays of 1/16 of the table's
-// size (or less), mapped with huge pages, instead of L*H buckets of the pool on as many 4 KiB pages:
-// a miss reads no pool memory at all, and a hit reads the pool only at slots whose tag matches.
-// Dash keeps fingerprints in its buckets for the same reason; the pool format stays as it is.
+// tag of a published slot, tag_of_state below). A bucket's S tags are one word, so a key's
+// candidates are L*H word reads in arrays of 1/16 of the table's size (or less), mapped with huge
+// pages, instead of L*H buckets of the pool on as many 4 KiB pages: a miss reads no pool memory at
+// all, and a hit reads the pool only at slots whose tag matches. Dash keeps fingerprints in its
+// buckets for the same reason; the pool format stays as it is.
 //
 // Volatile: rebuilt from the pool at every open (the pool is the truth; the mirror is never
 // persisted), and off while recovery runs. Writers order their stores so a reader never misses a
 // published key: a slot's tag is set after its state word is published and cleared after the
-// state word is emptied, and an insert claims a slot here (0 -> 1 by CAS) before it claims it in
-// the pool.
+// state word is emptied; an insert claims a slot here (0 -> 1 by CAS), and the pool's state word
+// stays EMPTY until the insert publishes it.
 #pragma once
 
 #include <sys/mman.h>
