@@ -94,6 +94,7 @@ struct Settings {
   bool force_flush = false;  // throughput: cache-line write-back as the persist barrier
   uint64_t reserve = 0;      // throughput: OpenOptions::reserve_pool_bytes of the pools
   bool no_tag_mirror = false;  // throughput, recovery: the GPHash CPU engine without OpenOptions::tag_mirror
+  double max_load_factor = OpenOptions{}.max_load_factor;  // throughput: when the GPHash CPU engine resizes
 };
 
 // A pool path removed (with leftovers of a killed create) when it goes out of scope.
@@ -217,11 +218,12 @@ json throughput(const Settings& s, const std::vector<std::string>& engines, cons
       Table::create(pool.path(), config_for(s, engine), o).close();
       o.force_flush = s.force_flush;  // open options: create, then open with them
       o.tag_mirror = !s.no_tag_mirror;
+      o.max_load_factor = s.max_load_factor;
       Table table = Table::open(pool.path(), o);
       auto execute = [&](const Batch& b) { table.execute(b); };
       json row = {{"engine", engine}, {"threads", t}, {"records", s.records},
                   {"persist", s.force_flush ? "clwb+sfence" : "fence"}, {"reserve_pool_bytes", s.reserve},
-                  {"tag_mirror", !s.no_tag_mirror}};
+                  {"tag_mirror", !s.no_tag_mirror}, {"max_load_factor", s.max_load_factor}};
       auto record = [&](const char* name, double seconds, uint64_t wrong) {
         const double mops = static_cast<double>(s.records) / seconds / 1e6;
         row[name] = {{"mops", mops}, {"seconds", seconds}, {"wrong_status", wrong}};
@@ -460,6 +462,9 @@ int main(int argc, char** argv) {
   app.add_flag("--force-flush", s.force_flush,
                "throughput: persist with cache-line write-back and a fence (the persistent-memory path) "
                "instead of the /dev/shm default (fences only)");
+  app.add_option("--max-load-factor", s.max_load_factor,
+                 "throughput: OpenOptions::max_load_factor of the GPHash CPU engine (when its growing table resizes)")
+      ->check(CLI::Range(0.01, 1.0));
   app.add_flag("--no-tag-mirror", s.no_tag_mirror,
                "throughput, recovery: the GPHash CPU engine without its DRAM tag mirror (OpenOptions::tag_mirror off)");
   app.add_option("--json", json_path, "write the results as JSON here");

@@ -33,6 +33,8 @@ expect 2 "run e" -- "$gphash" run $pool --workload e; contains "run e" "takes on
 expect 0 "check" -- "$gphash" check $pool; contains check "ok (20000 items)"
 expect 0 "run without the tag mirror" -- "$gphash" run $pool --workload c --operations 20000 --tag-mirror off --no-progress
 expect 2 "tag mirror neither on nor off" -- "$gphash" run $pool --workload c --tag-mirror maybe
+expect 0 "run with a denser maximum load factor" -- "$gphash" run $pool --workload c --operations 20000 --max-load-factor 0.95 --no-progress
+expect 2 "a maximum load factor above 1" -- "$gphash" run $pool --workload c --max-load-factor 1.5
 printf 'not a pool at all' >/dev/shm/$pool.bad
 expect 1 "check a file that is not a pool" -- "$gphash" check /dev/shm/$pool.bad; contains "bad pool" "not a gphash pool"
 expect 1 "info on a missing pool" -- "$gphash" info /dev/shm/$pool.missing; contains missing "no pool"

@@ -1,6 +1,8 @@
 // The load factor a table reaches before its first resize. The issue asks for at least 90% with
 // the default shape (the GPHash paper reports up to 92%); least-loaded placement alone stops near
-// 85% on large tables, and displacement of one item carries it further.
+// 85% on large tables, and displacement of one item carries it further. The tables here are asked
+// to fill to 0.95 (OpenOptions::max_load_factor): by default they resize at 0.9, before the
+// displacements that would take them further (they run one at a time).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -14,7 +16,9 @@ namespace {
 
 double load_factor_at_first_resize(TableShape shape, uint64_t capacity, uint64_t* displacements) {
   testing::TempPool pool("lf");
-  Table table = Table::create(pool.path(), {8, 8, shape, capacity, 7});
+  OpenOptions options;
+  options.max_load_factor = 0.95;
+  Table table = Table::create(pool.path(), {8, 8, shape, capacity, 7}, options);
   const uint64_t slots = table.info().slots;
   std::mt19937_64 rng(99);
   const size_t batch = 4096;

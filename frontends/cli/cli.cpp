@@ -41,6 +41,7 @@ OpenOptions options_of(const EngineFlags& f) {
   o.placement = f.placement == "gpu-memory" ? Placement::kGpuMemory : Placement::kHostMapped;
   o.threads = f.threads;
   o.tag_mirror = f.tag_mirror == "on";
+  o.max_load_factor = f.max_load_factor;
   o.max_pool_bytes = f.max_pool_bytes;
   o.reserve_pool_bytes = f.reserve_pool_bytes;
   o.pool_file_mode = f.mode;
@@ -437,6 +438,8 @@ void Cli::add_engine(CLI::App* app) {
   options_.number(app, "--threads", eng_.threads, 0, kMaxThreads, "CPU engine threads (0 = all)");
   options_.choice(app, "--tag-mirror", eng_.tag_mirror, {"on", "off"},
                   "CPU engine: a DRAM copy of every slot's tag, one byte per slot (default on; off saves the memory)");
+  options_.real(app, "--max-load-factor", eng_.max_load_factor, 0, 1,
+                "load factor past which an insert that finds no free slot resizes the table instead of displacing (default 0.9)");
   options_.choice(app, "--cache", eng_.cache, {"lfu", "lru", "random", "off"},
                   "GPU engine, mapped: BktCache policy (hot buckets and their values in GPU memory; default off)");
   options_.real(app, "--cache-fraction", eng_.cache_fraction, 0, 1, "BktCache: share of the table's buckets cached (default 0.2)");

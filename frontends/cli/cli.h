@@ -60,6 +60,7 @@ struct EngineFlags {
   std::string cache_values = "on";
   std::string kernels = "warp";
   std::string tag_mirror = "on";  // CPU engine: OpenOptions::tag_mirror
+  double max_load_factor = OpenOptions{}.max_load_factor;
 };
 
 // The shard list of --shards / --devices (OpenOptions::shards); throws CLI::ValidationError.
