@@ -66,6 +66,7 @@ std::unique_ptr<engine::Engine> make_shadow_engine(pool::Pool& pool, const LostC
   }
   OpenOptions options;
   options.threads = 1;  // one thread: the store order, and so every crash image, is reproducible
+  options.max_load_factor = 0.95;  // as crash_child: the workload displaces items, so moves are imaged
   return engine::dispatch(format::shape_of(h), h.gphash.key_width, [&]<class S, int K>() -> std::unique_ptr<engine::Engine> {
     return std::make_unique<engine::cpu::CpuEngine<S, K, ShadowMemory>>(pool, options);
   });
