@@ -52,7 +52,7 @@ void finish_interrupted_steps(TableMeta& meta, Table& table, int threads) {
     // The rehash must not meet INSERTING slots; otherwise the recount empties them in its pass.
     table.clear_inserting(threads);
     GPHASH_CRASH_POINT("recovery.after_clear_inserting");
-    table.rehash_bottom(threads);
+    table.rehash_bottom(threads, /*fresh=*/false);
     GPHASH_CRASH_POINT("recovery.after_rehash");
     meta.finish_resize();
     table.refresh();
@@ -392,9 +392,10 @@ class CpuEngine final : public Engine {
 
   void resize() {
     const auto t0 = std::chrono::steady_clock::now();
+    const bool fresh = meta_.header().gphash.resize_state == format::kResizeNone;
     meta_.begin_resize(kGrowth);
     table_.refresh();
-    table_.rehash_bottom(threads_);
+    table_.rehash_bottom(threads_, fresh);
     meta_.finish_resize();
     table_.refresh();
     ++stats_.resizes;

@@ -286,17 +286,87 @@ class CpuTable {
 
   // Resize, step 2: moves every item of the bottom level into the levels above it (the new top
   // included). Idempotent: an item already copied up is only cleared below, so a resize
-  // interrupted by a crash resumes by calling this again.
+  // interrupted by a crash resumes by calling this again (`fresh` false).
   //
-  // Software-pipelined like the batch driver: an item's candidate buckets above (and their tag
-  // words) are prefetched kRehashAhead items before it is copied. Without it every copy waited for
-  // its four buckets' misses in turn, and a load from a small table spent more time in resizes than
-  // in its inserts (2-core VM, 4 M keys, 2 threads: 0.70 s of resizes, 0.43 s of inserts). Two
-  // stages as in the batch driver (tags, then the target slot) measured no faster at 16 threads
-  // and 25-50% slower at one (bench/results/2026-11-29-tag-mirror, call 4). The source slot is
-  // cleared by a plain store: nothing else runs during a rehash, and each bottom bucket is one
-  // thread's.
-  void rehash_bottom(int threads) {
+  // A fresh resize streams (stream_bottom). A resumed one may meet items copied up already, so it
+  // looks for each item's copy first and places the rest by the insert rule, with claims, software-
+  // pipelined like the batch driver: an item's candidate buckets above (and their tag words) are
+  // prefetched kRehashAhead items before it is copied. The source slot is cleared by a plain
+  // store: nothing else runs during a rehash, and each bottom bucket is one thread's.
+  void rehash_bottom(int threads, bool fresh) {
+    if (fresh && stream_bottom(threads)) return;
+    rehash_by_rule(threads);
+  }
+
+  // A fresh resize: nothing above holds a bottom item yet, and the new top level is empty. An item
+  // goes to its bucket in the new top under the hash that placed it in its bottom bucket: the items
+  // of bottom bucket i have those buckets in [i << d, (i + 1) << d) (d levels apart), which no other
+  // bottom bucket's items map to, and at most S of them go to one bucket (bucket i holds S). So each
+  // thread fills a range of the new top of its own, in order, with plain stores: no claim, no look
+  // at any other candidate, no random line. By the insert rule instead (rehash_by_rule) each item
+  // read its four candidates' tags, prefetched their lines and claimed its slot with a locked
+  // instruction. 16-core Xeon, a load of 16 M keys from 64 K slots (eight resizes): one thread
+  // 0.80 -> 0.40 s of resizes (two machines alike in one-thread searches); 16 threads 0.10-0.13 ->
+  // 0.08-0.11 s, so there the time goes elsewhere (not yet measured apart: faulting the new level
+  // in, freeing the old one; bench/results/2026-11-29-load-factor). Returns false when an item
+  // found its bucket full or is in no bucket of its own (a damaged table): the rest is left to
+  // rehash_by_rule.
+  bool stream_bottom(int threads) {
+    const uint32_t level = bottom_, top = highest_;
+    const uint64_t buckets = format::level_buckets(level);
+    constexpr uint64_t kChunk = 256;  // bottom buckets a thread takes at a time
+    const uint64_t chunks = (buckets + kChunk - 1) / kChunk;
+    std::atomic<bool> unplaced{false};
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const uint64_t end = std::min(buckets, (c + 1) * kChunk);
+      for (uint64_t index = c * kChunk; index < end; ++index) {
+        std::byte* b = bucket(level, index);
+        for (int s = 0; s < S; ++s) {
+          const SlotRef from{b, level, index, static_cast<uint32_t>(s)};
+          const uint64_t state = Memory::load(state_word(from));
+          if (!format::is_published(state)) continue;
+          Probe item;
+          load_probe(from, state, item);
+          int j = 0;
+          while (j < H && format::bucket_at(item.hash[j], level) != index) ++j;
+          SlotRef to;
+          if (j == H || !empty_slot(top, format::bucket_at(item.hash[j], top), to)) {
+            unplaced.store(true, std::memory_order_relaxed);
+            continue;
+          }
+          link(to, item, Memory::load(value_word(from)));
+          GPHASH_CRASH_POINT("rehash.after_copy_up");
+          Memory::store(state_word(from), format::kSlotEmpty);
+          mem_.persist(state_word(from), 8);
+          GPHASH_CRASH_POINT("rehash.after_clear");
+        }
+      }
+    }
+    return !unplaced.load();
+  }
+
+  // The first empty slot of a bucket (by its tags when the mirror is on).
+  bool empty_slot(uint32_t level, uint64_t index, SlotRef& out) const {
+    std::byte* b = bucket(level, index);
+    if (mirror_.on()) {
+      const TagWord empty = Mirror::match_mask(mirror_.word(level, index), Mirror::kEmpty);
+      if (!empty) return false;
+      out = SlotRef{b, level, index, static_cast<uint32_t>(Mirror::first_slot(empty))};
+      return true;
+    }
+    for (int s = 0; s < S; ++s) {
+      const SlotRef at{b, level, index, static_cast<uint32_t>(s)};
+      if (Memory::load(state_word(at)) == format::kSlotEmpty) {
+        out = at;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The rehash of a resumed resize (and of what stream_bottom could not place): by the insert rule.
+  void rehash_by_rule(int threads) {
     const uint32_t level = bottom_;
     std::atomic<bool> unplaced{false};
     constexpr uint64_t kChunk = 256;  // buckets a thread takes at a time
