@@ -238,6 +238,7 @@ json throughput(const Settings& s, const std::vector<std::string>& engines, cons
       row["grows"] = info.resizes;
       row["displacements"] = info.displacements;
       row["resize_seconds"] = info.resize_seconds;
+      row["rehash_seconds"] = info.rehash_seconds;
       wrong = 0;
       record("search", run_op(s, execute, Op::kSearch, shuffle, OpStatus::kOk, &wrong), wrong);
       wrong = 0;

@@ -181,7 +181,10 @@ TEST(Resize, MovesEachBottomItemUnderItsOwnBucketInTheNewTop) {
         // items may fit then): one resize and nothing else.
         b.op = Op::kUpsert;
         table.execute(b);
-        ASSERT_EQ(table.info().resizes, 1u);
+        const TableInfo info = table.info();
+        ASSERT_EQ(info.resizes, 1u);
+        EXPECT_GT(info.rehash_seconds, 0);  // part of the resize's time
+        EXPECT_LE(info.rehash_seconds, info.resize_seconds);
         const Placement after = placement(pool.path());
         ASSERT_EQ(after.top, before.top + 1);
         ASSERT_EQ(after.at.size(), n);

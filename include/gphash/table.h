@@ -50,6 +50,9 @@ struct TableInfo {
   uint64_t heap_grows = 0;
   double last_resize_seconds = 0;
   double resize_seconds = 0, heap_grow_seconds = 0;  // all resizes and heap growth since open
+  // CPU engine: of resize_seconds, moving the bottom level's items up (the rest: adding the new
+  // level, freeing the old one).
+  double rehash_seconds = 0;
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch
   // GPU engine, by stage: plan (hash, repeated-key check, sort), the parallel kernel, the exclusive
   // slow path. A host batch of up to 64 KiB (staged through pinned memory) is timed on the host,

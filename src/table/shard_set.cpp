@@ -495,6 +495,7 @@ TableInfo ShardSet::info() {
     i.heap_grows += s.heap_grows;
     i.last_resize_seconds = std::max(i.last_resize_seconds, s.last_resize_seconds);
     i.resize_seconds += s.resize_seconds;
+    i.rehash_seconds += s.rehash_seconds;
     i.heap_grow_seconds += s.heap_grow_seconds;
     i.last_batch_device_seconds = std::max(i.last_batch_device_seconds, s.last_batch_device_seconds);
     i.last_plan_seconds = std::max(i.last_plan_seconds, s.last_plan_seconds);

@@ -395,7 +395,9 @@ class CpuEngine final : public Engine {
     const bool fresh = meta_.header().gphash.resize_state == format::kResizeNone;
     meta_.begin_resize(kGrowth);
     table_.refresh();
+    const auto t1 = std::chrono::steady_clock::now();
     table_.rehash_bottom(threads_, fresh);
+    stats_.rehash_seconds += seconds_since(t1);
     meta_.finish_resize();
     table_.refresh();
     ++stats_.resizes;
