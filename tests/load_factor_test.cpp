@@ -2,7 +2,8 @@
 // the default shape (the GPHash paper reports up to 92%); least-loaded placement alone stops near
 // 85% on large tables, and displacement of one item carries it further. The tables here are asked
 // to fill to 0.95 (OpenOptions::max_load_factor): by default they resize at 0.9, before the
-// displacements that would take them further (they run one at a time).
+// displacements that would take them further (they run one at a time). Also: when a growing table
+// resizes, and where a resize puts the bottom level's items.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -150,7 +151,7 @@ Placement placement(const std::string& path) {
 // A resize moves each item of the bottom level to its bucket in the new top under the hash that
 // placed it in the bottom (engines/cpu/cpu_table.h, stream_bottom): the new top bucket's index
 // shifted back to the old bottom is the item's old bucket; every other item stays where it was.
-// (By the insert rule instead, about half of them took their other hash's bucket.)
+// (With the insert rule this fails: 1.5 K to 39 K of the moved items per case went elsewhere.)
 TEST(Resize, MovesEachBottomItemUnderItsOwnBucketInTheNewTop) {
   for (TableShape shape : {TableShape{2, 2, 8}, TableShape{4, 2, 4}, TableShape{1, 4, 8}})
     for (uint32_t kw : {8u, 16u})
@@ -188,7 +189,7 @@ TEST(Resize, MovesEachBottomItemUnderItsOwnBucketInTheNewTop) {
         const Placement after = placement(pool.path());
         ASSERT_EQ(after.top, before.top + 1);
         ASSERT_EQ(after.at.size(), n);
-        uint64_t moved = 0, elsewhere = 0, stayed_not = 0;
+        uint64_t moved = 0, elsewhere = 0, others_moved = 0;
         for (const auto& [key, where] : before.at) {
           const auto it = after.at.find(key);
           ASSERT_NE(it, after.at.end());
@@ -197,12 +198,12 @@ TEST(Resize, MovesEachBottomItemUnderItsOwnBucketInTheNewTop) {
             elsewhere += it->second.first != after.top ||
                          it->second.second >> (after.top - before.bottom) != where.second;
           } else {
-            stayed_not += it->second != where;
+            others_moved += it->second != where;
           }
         }
         EXPECT_GT(moved, n / 32);  // the bottom of four levels holds a fifteenth of the slots
         EXPECT_EQ(elsewhere, 0u) << "of " << moved << " items moved up";
-        EXPECT_EQ(stayed_not, 0u);
+        EXPECT_EQ(others_moved, 0u);
         CheckResult check = table.check();
         EXPECT_TRUE(check.ok) << check.violation;
         b.op = Op::kSearch;
