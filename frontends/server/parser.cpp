@@ -231,8 +231,10 @@ ParseResult Parser::run() {
 
 ParseResult Parser::parse_get(std::string_view line, Verb verb) {
   const std::string_view owned = own(line);
-  // Any number of keys: split without the token limit of other commands.
-  std::vector<std::string_view> tok;
+  // Any number of keys: split without the token limit of other commands. (The thread's vector,
+  // reused: one allocation per get was a measurable part of a small request's CPU time.)
+  thread_local std::vector<std::string_view> tok;
+  tok.clear();
   for (size_t i = 0; i < owned.size();) {
     while (i < owned.size() && owned[i] == ' ') ++i;
     if (i == owned.size()) break;

@@ -15,7 +15,6 @@ Scheduler::Scheduler(kv::KvStore& store, const Options& options, uint16_t partit
       threshold_(options.batch_size),
       period_(options.batch_period),
       extra_rounds_(options.receiver_rounds >= 0 ? options.receiver_rounds : store.pipelined() ? 0 : 4) {
-  slabs_ = store_.slab_stats();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -58,9 +57,10 @@ void Scheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+// Between rounds: a round holds store_mu_ while it changes the store.
 std::vector<kv::SlabClassStats> Scheduler::slab_snapshot() const {
-  std::lock_guard lock(slab_mu_);
-  return slabs_;
+  std::lock_guard lock(store_mu_);
+  return store_.slab_stats();
 }
 
 // The scheduler thread: when requests wait and no receiver is running a round, it runs the round
@@ -120,8 +120,10 @@ void Scheduler::drain(std::unique_lock<std::mutex>& lock, Worker* self, std::vec
     } else if (in_hand) {
       lock.unlock();
       const uint64_t start = TickClock::now();
-      store_.step();
-      publish_slabs();  // a pipelined store resolves a round here
+      {
+        std::lock_guard store_lock(store_mu_);
+        store_.step();  // a pipelined store resolves a round here
+      }
       complete_settled(self, own_done);
       stats_.round_ns += TickClock::ns_since(start);
       lock.lock();
@@ -141,20 +143,16 @@ void Scheduler::execute_round(Worker* self, std::vector<Connection*>& own_done) 
   for (const Submission& s : round_)
     for (kv::KvCommand& c : s.request->cmds)
       if (c.partition == partition_) cmds_.push_back(&c);
-  store_.run(cmds_);
+  {
+    std::lock_guard store_lock(store_mu_);
+    store_.run(cmds_);
+  }
   ++runs_;
-  publish_slabs();
   active_.insert(active_.end(), round_.begin(), round_.end());
   complete_settled(self, own_done);
   stats_.commands += cmds_.size();
   if (cmds_.size() > stats_.max_round) stats_.max_round = cmds_.size();
   round_.clear();
-}
-
-// The slab classes as the rounds resolved so far left them, for `stats slabs|items` (any thread).
-void Scheduler::publish_slabs() {
-  std::lock_guard lock(slab_mu_);
-  store_.slab_stats(slabs_);  // into the same vector: no allocation per round
 }
 
 // Hands the requests whose commands (in this partition) are all final (KvCommand::settled) to

@@ -134,6 +134,7 @@ struct KvStore::InFlight {
 // The state of one round: the signatures it touches, what the index held for them when the round
 // began (`found`) and what it will hold when the round commits (`head`, the overlay).
 struct KvStore::Round {
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
   std::vector<Signature> sigs;
   std::vector<Location> found;
   std::vector<Location> head;
@@ -141,26 +142,53 @@ struct KvStore::Round {
   // Pipelined: the head came from the changes on their way (the in-flight batch's slot for it,
   // UINT32_MAX: from the index).
   std::vector<uint32_t> overlaid;
-  std::unordered_map<Signature, uint32_t, SignatureHash> slot;
   std::vector<uint32_t> cmd_slot;
   // Per class: eviction candidates searched ahead, with their cas (the chunk may hold another item
   // by the time the round is resolved).
   std::vector<std::vector<std::pair<Location, uint64_t>>> victims;
 
   void clear() {
+    // Newest first: linear probing then never empties an entry an older signature's probe passes.
+    for (size_t k = sigs.size(); k-- > 0;) slots_[position(sigs[k])] = 0;
     sigs.clear();
     found.clear();
     head.clear();
     dirty.clear();
     overlaid.clear();
-    slot.clear();
     cmd_slot.clear();
     for (auto& v : victims) v.clear();
   }
+  // The slot of a signature the round searches (kNoSlot: none).
+  uint32_t find(const Signature& s) const {
+    if (slots_.empty()) return kNoSlot;
+    const uint32_t e = slots_[position(s)];
+    return e == 0 ? kNoSlot : e - 1;
+  }
   uint32_t add(const Signature& s) {
-    auto [it, inserted] = slot.try_emplace(s, static_cast<uint32_t>(sigs.size()));
-    if (inserted) sigs.push_back(s);
-    return it->second;
+    if (2 * (sigs.size() + 1) > slots_.size()) grow();
+    uint32_t& e = slots_[position(s)];
+    if (e == 0) {
+      sigs.push_back(s);
+      e = static_cast<uint32_t>(sigs.size());
+    }
+    return e - 1;
+  }
+
+ private:
+  // Signature -> slot + 1 (0: empty), open addressing with linear probing, at most half full. (A
+  // std::unordered_map allocated a node per signature and freed it the next round: a malloc and a
+  // free per command of the server.)
+  std::vector<uint32_t> slots_;
+
+  size_t position(const Signature& s) const {
+    const size_t mask = slots_.size() - 1;
+    size_t i = SignatureHash{}(s) & mask;
+    while (slots_[i] != 0 && !(sigs[slots_[i] - 1] == s)) i = (i + 1) & mask;
+    return i;
+  }
+  void grow() {
+    slots_.assign(std::max<size_t>(64, 2 * slots_.size()), 0);
+    for (size_t k = 0; k < sigs.size(); ++k) slots_[position(sigs[k])] = static_cast<uint32_t>(k + 1);
   }
 };
 
@@ -370,8 +398,7 @@ bool KvStore::alive(const ItemHeader* h) const {
 
 uint32_t KvStore::slot_now(const Signature& sig) {
   Round& r = *round_;
-  auto it = r.slot.find(sig);
-  if (it != r.slot.end()) return it->second;
+  if (const uint32_t slot = r.find(sig); slot != Round::kNoSlot) return slot;
   // A signature the round did not search (an eviction victim nobody planned for): search it now.
   Location head = 0;
   index_->run(Op::kSearch, &sig, nullptr, &head, 1);
@@ -681,10 +708,10 @@ void KvStore::resolve_round(std::span<KvCommand* const> cmds) {
   Pending& sent = in_flight_->changes;
   if (in_flight_->active) {
     for (size_t i = 0; i < sent.changes(); ++i) {
-      auto it = r.slot.find(sent.keys[i]);
-      if (it == r.slot.end()) continue;
-      r.found[it->second] = sent.ops[i] == Op::kErase ? 0 : sent.values[i];
-      r.overlaid[it->second] = sent.slots[i];
+      const uint32_t slot = r.find(sent.keys[i]);
+      if (slot == Round::kNoSlot) continue;
+      r.found[slot] = sent.ops[i] == Op::kErase ? 0 : sent.values[i];
+      r.overlaid[slot] = sent.slots[i];
     }
   }
   r.head = r.found;

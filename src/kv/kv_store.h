@@ -132,8 +132,7 @@ class KvStore {
 
   const KvCounters& counters() const { return counters_; }
   const RecoveryReport& recovery() const { return recovery_; }
-  std::vector<SlabClassStats> slab_stats() const;  // scheduler thread, or while idle
-  void slab_stats(std::vector<SlabClassStats>& out) const { items_->class_stats(out); }  // the same, into `out`
+  std::vector<SlabClassStats> slab_stats() const;  // while no round runs
   uint64_t limit_bytes() const { return items_->memory_bytes(); }
   uint32_t item_size_max() const { return items_->item_size_max(); }
   uint32_t page_size() const { return items_->page_size(); }

@@ -161,9 +161,16 @@ class CpuEngine final : public Engine {
         BatchShards::Searches::kInOrder);
     Exhausted exhausted;
     grow_for(shards.adds(), exhausted);
-    std::vector<Padded> deltas(threads_);
-    std::vector<Deferred> deferred(threads);
-    std::vector<size_t> serial;  // positions for the exclusive slow path, in the order they run
+    // The calling thread's scratch, reused (searches may run on several threads at once): a small
+    // batch's allocations were about a tenth of its cost (gphash-server's rounds of a few keys).
+    // References, so the worker threads below use the caller's, not thread_locals of their own.
+    thread_local Scratch scratch;
+    std::vector<Padded>& deltas = scratch.deltas;
+    std::vector<Deferred>& deferred = scratch.deferred;
+    std::vector<size_t>& serial = scratch.serial;  // positions for the exclusive slow path, in the order they run
+    deltas.assign(threads_, Padded{});
+    deferred.resize(std::max<size_t>(deferred.size(), threads));
+    for (Deferred& d : deferred) d.clear();
     for (;;) {
       run_threads(threads, [&](int t) {
         shards.next(t) = run_range(batch, shards, shards.next(t), shards.end(t), t, deltas[t].value, deferred[t]);
@@ -228,6 +235,12 @@ class CpuEngine final : public Engine {
       positions.clear();
       hashes.clear();
     }
+  };
+
+  struct Scratch {
+    std::vector<Padded> deltas;
+    std::vector<Deferred> deferred;
+    std::vector<size_t> serial;
   };
 
   // Runs positions [begin, end) of one shard, setting aside those that need the exclusive slow path;
