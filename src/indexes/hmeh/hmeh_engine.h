@@ -146,7 +146,8 @@ class HmehEngine final : public Index {
   static constexpr uint32_t kBucketWords = fh::kBucketBytes / 8;
   static constexpr uint64_t kNoCell = engine::cpu::CellAllocator::kNoCell;
   static constexpr size_t kMinOpsPerThread = 256;
-  static constexpr size_t kPrefetchDistance = 8;
+  // Operations ahead (run_range).
+  static constexpr size_t kBucketsAhead = 8, kHandleAhead = 16, kDirectoryAhead = 24;
 
   // A key with its hash, the state word its slot carries once published, and its home bucket.
   struct Probe {
@@ -979,37 +980,50 @@ class HmehEngine final : public Index {
     return static_cast<uint32_t>((bits * static_cast<uint64_t>(threads)) >> 32);
   }
 
-  // Runs the operations at positions [begin, end) with the next ones' buckets prefetched; stops at
-  // one that needs the heap to grow past what the pool allows and returns its position (end when
-  // all ran).
+  // Runs the operations at positions [begin, end) with the next ones' memory brought in ahead, in
+  // three steps each on what the step before fetched: the directory entry (kDirectoryAhead), the
+  // segment's handle (kHandleAhead), the probe buckets (kBucketsAhead); stops at one that needs
+  // the heap to grow past what the pool allows and returns its position (end when all ran).
   size_t run_range(const Batch& b, BatchShards& shards, size_t begin, size_t end, int tid, int64_t& delta) {
     struct Staged {
       Probe probe;
       SegmentHandle* handle;
       uint64_t version;  // the directory version the handle was looked up in
     };
-    Staged ring[kPrefetchDistance];
+    Staged ring[kDirectoryAhead];
     const size_t count = end - begin;
-    auto stage = [&](size_t k) {
-      Staged& s = ring[k % kPrefetchDistance];
+    auto entry_step = [&](size_t k) {
+      Staged& s = ring[k % kDirectoryAhead];
       prepare(s.probe, key_of(b, shards.index(begin + k)));
+      flat_.prefetch(s.probe.hash);
+    };
+    auto handle_step = [&](size_t k) {
+      Staged& s = ring[k % kDirectoryAhead];
       s.version = flat_.version();
       s.handle = &resolve(s.probe);
+      __builtin_prefetch(s.handle);
+    };
+    auto buckets_step = [&](size_t k) {
+      const Staged& s = ring[k % kDirectoryAhead];
       const std::byte* home = s.handle->base + uint64_t{s.probe.home} * fh::kBucketBytes;
       __builtin_prefetch(home);
       if (geo_.probe > 1) __builtin_prefetch(home + fh::kBucketBytes);
     };
-    for (size_t k = 0; k < std::min(count, kPrefetchDistance); ++k) stage(k);
+    for (size_t k = 0; k < std::min(count, kDirectoryAhead); ++k) entry_step(k);
+    for (size_t k = 0; k < std::min(count, kHandleAhead); ++k) handle_step(k);
+    for (size_t k = 0; k < std::min(count, kBucketsAhead); ++k) buckets_step(k);
     for (size_t k = 0; k < count; ++k) {
       const size_t p = begin + k, i = shards.index(p);
-      Staged& s = ring[k % kPrefetchDistance];
+      Staged& s = ring[k % kDirectoryAhead];
       // A handle looked up before the directory last changed is still safe to try (readers and
       // writers validate it), but would likely fail: look it up again.
       SegmentHandle* hint = s.version == flat_.version() ? s.handle : nullptr;
       const Outcome o = apply(op_of(b, i), s.probe, value_in(b, i), shards.value_out(p), tid, delta, hint);
       if (o == Outcome::kNeedCell) return p;
       shards.status(p) = to_status(o);
-      if (k + kPrefetchDistance < count) stage(k + kPrefetchDistance);
+      if (k + kDirectoryAhead < count) entry_step(k + kDirectoryAhead);
+      if (k + kHandleAhead < count) handle_step(k + kHandleAhead);
+      if (k + kBucketsAhead < count) buckets_step(k + kBucketsAhead);
     }
     return end;
   }
