@@ -48,9 +48,10 @@ class BatchShards {
   // `owner(i)` is the thread of operation i, below `threads` (at most kMaxThreads).
   template <class Run, class Owner>
   BatchShards(const Batch& b, int threads, Run&& run, Owner&& owner, Searches searches = Searches::kByOwner)
-      : b_(b), threads_(std::clamp(threads, 1, kMaxThreads)), next_(threads_), end_(threads_) {
+      : b_(b), threads_(std::clamp(threads, 1, kMaxThreads)) {
     const size_t n = b.size;
     if (threads_ == 1) {
+      next_[0] = 0;
       end_[0] = n;
       adds_ = count_adds(0, n);
       writes_ = adds_ > 0 || has_write(0, n);
@@ -161,7 +162,9 @@ class BatchShards {
 
   const Batch& b_;
   int threads_;
-  std::vector<size_t> next_, end_;
+  // In the object, not allocated: a batch of a few operations (gphash-server's rounds) paid two
+  // allocations for them.
+  size_t next_[kMaxThreads], end_[kMaxThreads];
   bool writes_ = false;
   size_t adds_ = 0;
   uint32_t* order_ = nullptr;  // position -> operation; null on one thread
