@@ -345,6 +345,43 @@ TEST(GpuEngine, LargeWriteBatchesRunUnplannedUnlessAKeyRepeats) {
     }
 }
 
+// The repeat check at a size where most of its work is in its bitmaps (kernels.cuh, RepeatCheck):
+// 2^20 operations, about 1 in 8 keys sharing a bit with another, so the exact stage sees some
+// 120 K keys. Every repeat is found whatever its pattern (one pair far apart, one key many times,
+// a pair adjacent in the batch), and batches of distinct keys stay unplanned.
+TEST(GpuEngine, TheRepeatCheckFindsEveryRepeatInALargeBatch) {
+  REQUIRE_GPU();
+  TempPool pool("repeat-check");
+  Table t = Table::create(pool.path(), {8, 8, {2, 2, 8}, 1 << 22, 19}, gpu(Placement::kGpuMemory));
+  std::mt19937_64 rng(23);
+  const size_t n = 1 << 20;
+  std::vector<std::string> universe(2 * n);
+  for (auto& k : universe) k = random_bytes(rng, 8);
+  Model model;
+  enum Pattern { kNone, kFarPair, kHotKey, kAdjacentPair };
+  // After a check that finds a repeat the next batch is planned unchecked (launch_parallel_pass).
+  const Pattern patterns[] = {kNone, kFarPair, kNone, kNone, kHotKey, kNone, kNone, kAdjacentPair, kNone, kNone};
+  const bool planned[] = {false, true, true, false, true, true, false, true, true, false};
+  for (int round = 0; round < 10; ++round) {
+    std::shuffle(universe.begin(), universe.end(), rng);
+    std::string keys, values = random_bytes(rng, n * 8);
+    std::vector<Op> ops(n);
+    for (size_t i = 0; i < n; ++i) {
+      keys += universe[i];
+      ops[i] = round == 0 ? Op::kInsert : static_cast<Op>(rng() % 5);
+    }
+    const size_t at = rng() % (n - 1);
+    if (patterns[round] == kFarPair) keys.replace((n - 1 - at / 2) * 8, 8, universe[at / 2]);
+    if (patterns[round] == kAdjacentPair) keys.replace((at + 1) * 8, 8, universe[at]);
+    if (patterns[round] == kHotKey)
+      for (int x = 0; x < 1000; ++x) keys.replace(rng() % n * 8, 8, universe[at]);
+    ASSERT_NO_FATAL_FAILURE(run_against_model(t, 8, keys, ops, values, model, round));
+    EXPECT_EQ(t.info().last_batch_planned, planned[round]) << "round " << round;
+  }
+  const CheckResult c = t.check();
+  EXPECT_TRUE(c.ok) << c.violation;
+}
+
 TEST(GpuEngine, ResizesUnderLoadKeepEveryItem) {
   REQUIRE_GPU();
   for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {

@@ -554,6 +554,7 @@ class GpuEngine final : public Engine {
   static constexpr size_t kPlanMappedSearchesFrom = size_t{1} << 20;  // launch_parallel_pass
   static constexpr size_t kOrderMappedSearchesFrom = size_t{1} << 16;  // launch_parallel_pass
   static constexpr size_t kCheckRepeatsFrom = size_t{1} << 15;        // launch_parallel_pass
+  static constexpr size_t kCheckInOnePassUpTo = size_t{1} << 20;      // check_for_repeats
 
   // The inputs end where the counters begin, so that one copy carries both; prepare_batch(upload
   // = false) must have filled counters_init_.
@@ -1002,35 +1003,52 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaStreamSynchronize(stream));
   }
 
+  // Sets counters_->repeats if the batch may repeat a key (kernels.cuh, RepeatCheck) and, with
+  // `ops_unread`, plan_writes_ if it holds anything but searches. One pass up to kCheckInOnePassUpTo
+  // operations (a set of at most 16 MB, in L2), two above. H200, 2^24 inserts in GPU memory: the
+  // check took 1.23 ms in one pass, 0.55 in two.
+  void check_for_repeats(const BatchView& bv, bool ops_unread, cudaStream_t stream) {
+    const size_t n = bv.n;
+    const bool one_pass = n <= kCheckInOnePassUpTo;
+    // Entries of the exact set: twice the keys in one pass, four times the ~n/8 of the second.
+    const uint64_t entries = std::max<uint64_t>(std::bit_ceil(one_pass ? 2 * n : n / 2), 1024);
+    const uint64_t bits = one_pass ? 0 : std::bit_ceil(8 * n), bitmap_words = bits / 64;  // of 64 bits
+    repeat_scratch_.reserve(entries + 2 * bitmap_words);
+    GPHASH_CUDA(cudaMemsetAsync(repeat_scratch_.get(), 0, (entries + 2 * bitmap_words) * sizeof(uint64_t), stream));
+    RepeatCheck c{nullptr, nullptr, 0, repeat_scratch_.get(), entries - 1, &counters_->repeats};
+    uint32_t* const writes = ops_unread ? plan_writes_.get() : nullptr;
+    if (!one_pass) {
+      c.once = reinterpret_cast<uint32_t*>(repeat_scratch_.get() + entries);
+      c.twice = c.once + 2 * bitmap_words;
+      c.bit_mask = bits - 1;
+      check_bits_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, bv.ops, writes, c);
+    }
+    check_exact_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, bv.ops, one_pass ? writes : nullptr, c);
+    GPHASH_CUDA(cudaGetLastError());
+  }
+
   // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
   // order (the radix sort is stable), and each run goes to one warp. With `check_repeats` the
   // host first learns whether the batch repeats a key, and one that does not is left unplanned.
   // Returns whether the batch was planned.
   bool plan(BatchView& bv, bool ops_unread, bool check_repeats, cudaStream_t stream) {
     const size_t n = bv.n;
-    prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
     // A batch of searches the host could not see as one (launch_parallel_pass): the device decides,
     // after the sort.
     if (ops_unread) GPHASH_CUDA(cudaMemsetAsync(plan_writes_.get(), 0, sizeof(uint32_t), stream));
-    uint64_t seen_mask = 0;
-    if (check_repeats) {
-      const size_t entries = std::bit_ceil(2 * n);
-      seen_.reserve(entries);
-      GPHASH_CUDA(cudaMemsetAsync(seen_.get(), 0, entries * sizeof(uint64_t), stream));
-      seen_mask = entries - 1;
-    }
-    plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops,
-                                                      ops_unread ? plan_writes_.get() : nullptr,
-                                                      check_repeats ? seen_.get() : nullptr, seen_mask, &counters_->repeats,
-                                                      !gpu_memory_ && mapped_bucket_order_);
-    GPHASH_CUDA(cudaGetLastError());
     if (check_repeats) {  // one wait: whether the batch repeats a key and, ops unread, whether it writes
+      check_for_repeats(bv, ops_unread, stream);
       GPHASH_CUDA(cudaMemcpyAsync(&host_counters_.get()->repeats, &counters_->repeats, sizeof(int), cudaMemcpyDeviceToHost, stream));
       if (ops_unread) GPHASH_CUDA(cudaMemcpyAsync(host_plan_writes_.get(), plan_writes_.get(), sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
       GPHASH_CUDA(cudaStreamSynchronize(stream));
       const bool writes = !ops_unread || *host_plan_writes_.get();
       if (!writes || !host_counters_.get()->repeats) return false;  // bv.sort_keys and bv.perm stay null
     }
+    prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
+    plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops,
+                                                      ops_unread ? plan_writes_.get() : nullptr,
+                                                      !gpu_memory_ && mapped_bucket_order_);
+    GPHASH_CUDA(cudaGetLastError());
     size_t temp = 0;
     GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
                                                 index_out_.get(), static_cast<int>(n), 0, 32, stream));
@@ -1460,7 +1478,7 @@ class GpuEngine final : public Engine {
   DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
   DeviceBuffer<uint32_t> plan_writes_{1};  // plan(): whether a batch in GPU memory writes
   PinnedBuffer<uint32_t> host_plan_writes_;  // ... read by the host after a check
-  DeviceBuffer<uint64_t> seen_;            // plan(): the keys' hashes, to find repeated keys
+  DeviceBuffer<uint64_t> repeat_scratch_;  // check_for_repeats: the exact set of hashes, then the bitmaps
   unsigned repeat_streak_ = 0, unchecked_left_ = 0;  // launch_parallel_pass: checks that found repeats
   // Host-mapped tables: plans in bucket order, and large batches of searches sorted into it
   // (plan_kernel, launch_parallel_pass). GPHASH_PLAN_ORDER=hash restores the order of before
