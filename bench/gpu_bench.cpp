@@ -783,6 +783,7 @@ int main(int argc, char** argv) {
   CLI::App app{"gphash GPU benchmark"};
   std::string sections = "platform,hbm,mapped,kernels,resize,recovery", json_path, dirty_pool, dirty_engine = "gpu";
   uint32_t hbm_bottom = 22;
+  size_t l2_fetch_bytes = 0;
   uint64_t mapped_items = uint64_t{1} << 24, ycsb_records = 16'000'000, resize_items = 100'000'000, dirty_items = 0;
   size_t batch = size_t{1} << 24, ycsb_batch = size_t{1} << 20;
   uint32_t ycsb_key = 32, ycsb_value = 32;
@@ -814,6 +815,8 @@ int main(int argc, char** argv) {
   app.add_option("--small-sizes", small_sizes)->capture_default_str();
   app.add_option("--sections", sections, "Comma-separated sections")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON here");
+  app.add_option("--l2-fetch-bytes", l2_fetch_bytes,
+                 "cudaLimitMaxL2FetchGranularity for the whole run (0: the driver's default)")->check(CLI::Range(0, 128));
   app.add_option("--hbm-bottom-level", hbm_bottom, "hbm: bottom level (22 = 100M slots, 1.6 GB)")->capture_default_str();
   app.add_option("--mapped-items", mapped_items)->capture_default_str();
   app.add_option("--ycsb-records", ycsb_records)->capture_default_str();
@@ -835,8 +838,11 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "device");
-  say(fmt::format("device: {} ({} SMs, {:.0f} MB L2, {:.1f} GB)", prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6,
-                  prop.totalGlobalMem / 1e9));
+  if (l2_fetch_bytes) check(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, l2_fetch_bytes), "L2 fetch granularity");
+  size_t l2_fetch = 0;
+  check(cudaDeviceGetLimit(&l2_fetch, cudaLimitMaxL2FetchGranularity), "L2 fetch granularity");
+  say(fmt::format("device: {} ({} SMs, {:.0f} MB L2, {:.1f} GB; L2 fetch granularity {} B)", prop.name,
+                  prop.multiProcessorCount, prop.l2CacheSize / 1e6, prop.totalGlobalMem / 1e9, l2_fetch));
   nlohmann::json results = {{"device", prop.name}};
   auto has = [&](const char* s) { return ("," + sections + ",").find(std::string(",") + s + ",") != std::string::npos; };
   try {

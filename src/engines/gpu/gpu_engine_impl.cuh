@@ -676,8 +676,9 @@ class GpuEngine final : public Engine {
   // next ones rarer (workloads that repeat keys, Zipf-skewed ones, keep doing so): after k such
   // checks in a row the next 2^k - 1 batches (at most 63) are planned unchecked.
   // H200, 8-byte keys (bench/results/2026-11-28-unplanned-writes): 2^24 distinct inserts 2.85 ->
-  // 3.81 G/s at load 0.5 (kernel 5.24 -> 3.19 ms; the check 1.24 ms against a 0.65 ms sort); YCSB
-  // LOAD at 2^16 387-462 -> 585-672 M/s. Larger host-mapped batches that write are always
+  // 3.81 G/s at load 0.5 (kernel 5.24 -> 3.19 ms; the check 1.24 ms against a 0.65 ms sort, 0.55 ms
+  // since it takes two passes, check_for_repeats: 4.58 G/s); YCSB LOAD at 2^16 387-462 -> 585-672
+  // M/s. Larger host-mapped batches that write are always
   // planned: there the same change left LOAD's kernel as it was (0.22 s: the slots' PCIe writes
   // bound it) and the YCSB A that followed ran 35% slower with the same PCIe bytes per operation,
   // which is not explained.
