@@ -239,6 +239,8 @@ json throughput(const Settings& s, const std::vector<std::string>& engines, cons
       row["displacements"] = info.displacements;
       row["resize_seconds"] = info.resize_seconds;
       row["rehash_seconds"] = info.rehash_seconds;
+      fmt::print("  {:<7} {:>2} threads  (grew {} times in {:.3f} s{})\n", engine, t, info.resizes, info.resize_seconds,
+                 engine == "hmeh" ? " of thread time" : "");
       wrong = 0;
       record("search", run_op(s, execute, Op::kSearch, shuffle, OpStatus::kOk, &wrong), wrong);
       wrong = 0;

@@ -23,6 +23,7 @@ struct EngineStats {
   double open_seconds = 0;     // time to open (recovery included)
   double last_resize_seconds = 0;
   double resize_seconds = 0, heap_grow_seconds = 0;  // all resizes and heap growth of this session
+                                                    // (HMEH: its splits' thread-seconds)
   double rehash_seconds = 0;  // CPU engine: of resize_seconds, moving the bottom level's items up
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch (events)
   // GPU engine: the last batch's device time by stage (plan = hash + sort; kernel = the parallel

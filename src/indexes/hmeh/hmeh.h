@@ -40,6 +40,7 @@ struct HmehStats {
   uint32_t global_depth = 0;       // of the flat directory
   uint64_t directory_version = 0;  // bumped by every split and doubling
   double split_load_sum = 0;       // sum over splits of the split segment's load factor
+  double split_seconds = 0;        // time in splits, summed over the threads that split
   // Open: walking the radix tree (directory recovery), building the flat directory from it, and
   // scanning the slots (recount, heap cells, and after a crash the claims cut short).
   double radix_seconds = 0, flat_seconds = 0, scan_seconds = 0;

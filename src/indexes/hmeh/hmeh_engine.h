@@ -242,6 +242,7 @@ class HmehEngine final : public Index {
     engine::EngineStats s = stats_;
     s.resizes = splits_.load(std::memory_order_relaxed);  // HMEH grows by segment splits
     s.last_resize_seconds = last_split_seconds_;
+    s.resize_seconds = hstats_.split_seconds;  // thread-seconds: splits run in parallel
     s.slots = live_.load(std::memory_order_relaxed) * geo_.slots();
     return s;
   }
@@ -889,6 +890,7 @@ class HmehEngine final : public Index {
       hstats_.deep_splits += parts.size() > 2;
       hstats_.split_load_sum += static_cast<double>(items.size()) / static_cast<double>(geo_.slots());
       last_split_seconds_ = seconds(t0, std::chrono::steady_clock::now());
+      hstats_.split_seconds += last_split_seconds_;
     }
     return Outcome::kSplit;
   }
