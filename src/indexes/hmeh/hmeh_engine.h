@@ -84,19 +84,27 @@ inline OpStatus to_status(Outcome o) {
 // lock-free reader still looking at it validates what it read by the segment's version, which
 // the split changed, and stores into it go word by word (DirectMemory::copy). Reusing it at once
 // halves the fresh segments whose pages a load faults in, HMEH's largest cost at 16 threads.
-// A radix node a split replaced is retired and becomes free between batches.
+// A radix node a split replaced is retired and becomes free between batches. Ids whose memory
+// this session wrote (`written`) are handed out first: their pages need no populating.
 class IdPool {
  public:
   void reset(uint64_t capacity, const std::vector<uint64_t>& used_bits) {
     std::lock_guard lock(mutex_);
     free_.clear();
+    written_.clear();
     retired_.clear();
     for (uint64_t id = capacity; id-- > 0;)
       if (!(used_bits[id / 64] >> (id % 64) & 1)) free_.push_back(id);
     next_fresh_ = capacity_ = capacity;
   }
-  std::optional<uint64_t> take() {
+  std::optional<uint64_t> take(bool* written = nullptr) {
     std::lock_guard lock(mutex_);
+    if (written) *written = !written_.empty();
+    if (!written_.empty()) {
+      const uint64_t id = written_.back();
+      written_.pop_back();
+      return id;
+    }
     if (!free_.empty()) {
       const uint64_t id = free_.back();
       free_.pop_back();
@@ -105,9 +113,9 @@ class IdPool {
     if (next_fresh_ < capacity_) return next_fresh_++;
     return std::nullopt;
   }
-  void give_back(uint64_t id) {
+  void give_back(uint64_t id, bool written = false) {
     std::lock_guard lock(mutex_);
-    free_.push_back(id);
+    (written ? written_ : free_).push_back(id);
   }
   void retire(uint64_t id) {
     std::lock_guard lock(mutex_);
@@ -129,7 +137,7 @@ class IdPool {
 
  private:
   mutable std::mutex mutex_;
-  std::vector<uint64_t> free_, retired_;
+  std::vector<uint64_t> free_, written_, retired_;
   uint64_t next_fresh_ = 0, capacity_ = 0;
 };
 
@@ -650,25 +658,47 @@ class HmehEngine final : public Index {
     uint64_t slot[kSlotWords];
     uint64_t hash;
   };
-  // A part of a split segment's hash range, with the image of the new segment that holds it.
+  // A segment being built in private memory: its words and the slots taken in each bucket.
+  struct Image {
+    std::vector<uint64_t> words;
+    std::vector<uint8_t> used;
+  };
+  // A part of a split segment's hash range and the new segment that holds it, built in
+  // SplitScratch::images[image].
   struct Part {
     uint64_t prefix;
     uint32_t depth;
-    std::vector<uint64_t> image;
+    uint32_t image;
     uint64_t segment = 0;
   };
+  // A thread's buffers for its splits, kept from one split to the next: a split allocates nothing
+  // once they have grown (allocating and zero-filling them took a third of a split's time).
+  struct SplitScratch {
+    std::vector<Item> items;
+    std::vector<Image> images;
+  };
+  static SplitScratch& split_scratch() {
+    thread_local SplitScratch scratch;
+    return scratch;
+  }
 
-  // Places a copy of `slot` in a segment image being built (a private buffer) by the placement
-  // rule. False when neither its probe buckets nor the stash has room.
-  bool place_in_image(uint64_t* image, const uint64_t* slot, uint64_t hash) const {
+  Image& empty_image(SplitScratch& scratch, uint32_t i) const {
+    if (scratch.images.size() <= i) scratch.images.resize(i + 1);
+    Image& image = scratch.images[i];
+    image.words.assign(geo_.bytes() / 8, 0);
+    image.used.assign(geo_.buckets, 0);
+    return image;
+  }
+
+  // Places a copy of `slot` in `image` by the placement rule. False when neither its probe
+  // buckets nor the stash has room. An image's slots fill in order, so a bucket's count of used
+  // slots says where its first free one is.
+  bool place_in_image(Image& image, const uint64_t* slot, uint64_t hash) const {
     auto try_bucket = [&](uint32_t b) {
-      uint64_t* bk = image + uint64_t{b} * kBucketWords;
-      for (uint32_t s = 0; s < kSlotsPerBucket; ++s)
-        if (bk[s * kSlotWords] == fh::kSlotEmpty) {
-          std::memcpy(bk + s * kSlotWords, slot, Slot::kSlotBytes);
-          return true;
-        }
-      return false;
+      if (image.used[b] == kSlotsPerBucket) return false;
+      std::memcpy(image.words.data() + uint64_t{b} * kBucketWords + image.used[b]++ * kSlotWords, slot,
+                  Slot::kSlotBytes);
+      return true;
     };
     const uint32_t home = geo_.home_bucket(hash);
     for (uint32_t i = 0; i < geo_.probe; ++i)
@@ -678,26 +708,46 @@ class HmehEngine final : public Index {
     return false;
   }
 
+  // Splits the items of `prefix` at `depth` by the next hash bit into two parts. Usually each half
+  // fits one segment; when one does not (many of its keys share home buckets: small segments, two
+  // slots per bucket), the halves are split further (partition()). Parts come in prefix order.
+  bool split_items(SplitScratch& scratch, uint64_t prefix, uint32_t depth, uint32_t max_depth,
+                   std::vector<Part>& parts) const {
+    if (depth + 1 > max_depth) return false;
+    empty_image(scratch, 1);  // first: it may grow `images`
+    Image* half[2] = {&empty_image(scratch, 0), &scratch.images[1]};
+    bool fits = true;
+    for (const Item& it : scratch.items)
+      if (!(fits = place_in_image(*half[it.hash >> (63 - depth) & 1], it.slot, it.hash))) break;
+    if (fits) {
+      parts = {{prefix << 1, depth + 1, 0}, {prefix << 1 | 1, depth + 1, 1}};
+      return true;
+    }
+    std::vector<const Item*> all;
+    for (const Item& it : scratch.items) all.push_back(&it);
+    return partition(scratch, all, prefix, depth, true, max_depth, parts);
+  }
+
   // Splits `items` (all of `prefix` at `depth`) by the next hash bit until every part fits in one
-  // segment; usually that is the two halves, but a half can overflow a segment when many of its
-  // keys share home buckets (small segments, two slots per bucket). Parts come in prefix order.
-  bool partition(const std::vector<const Item*>& items, uint64_t prefix, uint32_t depth, bool must_split,
-                 uint32_t max_depth, std::vector<Part>& parts) const {
+  // segment, unless `must_split` is false and they fit one already.
+  bool partition(SplitScratch& scratch, const std::vector<const Item*>& items, uint64_t prefix, uint32_t depth,
+                 bool must_split, uint32_t max_depth, std::vector<Part>& parts) const {
     if (!must_split) {
-      Part part{prefix, depth, std::vector<uint64_t>(geo_.bytes() / 8, 0)};
+      const auto i = static_cast<uint32_t>(parts.size());  // a part that does not fit leaves its image to the next
+      Image& image = empty_image(scratch, i);
       bool fits = true;
       for (const Item* it : items)
-        if (!(fits = place_in_image(part.image.data(), it->slot, it->hash))) break;
+        if (!(fits = place_in_image(image, it->slot, it->hash))) break;
       if (fits) {
-        parts.push_back(std::move(part));
+        parts.push_back({prefix, depth, i});
         return true;
       }
     }
     if (depth + 1 > max_depth) return false;
     std::vector<const Item*> half[2];
     for (const Item* it : items) half[it->hash >> (63 - depth) & 1].push_back(it);
-    return partition(half[0], prefix << 1, depth + 1, false, max_depth, parts) &&
-           partition(half[1], prefix << 1 | 1, depth + 1, false, max_depth, parts);
+    return partition(scratch, half[0], prefix << 1, depth + 1, false, max_depth, parts) &&
+           partition(scratch, half[1], prefix << 1 | 1, depth + 1, false, max_depth, parts);
   }
 
   uint64_t hash_of_slot(const uint64_t* slot) const {
@@ -718,10 +768,10 @@ class HmehEngine final : public Index {
   // 16-thread load multiplied the segment arena by up to 2^16 and the pool ran past 64 GB. The
   // capacity is read before take(): read after, another thread's growth could slip in between.
   template <class Grow>
-  std::optional<uint64_t> take_id(IdPool& ids, Grow&& grow) {
+  std::optional<uint64_t> take_id(IdPool& ids, Grow&& grow, bool* written = nullptr) {
     for (;;) {
       const uint64_t seen = ids.capacity();
-      if (auto id = ids.take()) return id;
+      if (auto id = ids.take(written)) return id;
       std::lock_guard lock(meta_mutex_);
       if (ids.capacity() != seen) continue;  // another thread grew it: take from the new chunk
       try {
@@ -736,12 +786,16 @@ class HmehEngine final : public Index {
   // A segment id whose memory is there to write (the arena's chunks are populated segment by
   // segment, here, by the splitting threads in parallel; see IndexMeta::grow_segments).
   std::optional<uint64_t> take_segment() {
-    const std::optional<uint64_t> id = take_id(segment_ids_, [&] {
-      meta_.grow_segments();
-      add_handle_chunk(meta_.segments().chunks() - 1);  // handles exist before their ids are handed out
-      segment_ids_.set_capacity(meta_.segments().capacity());
-    });
-    if (!id) return id;
+    bool written = false;
+    const std::optional<uint64_t> id = take_id(
+        segment_ids_,
+        [&] {
+          meta_.grow_segments();
+          add_handle_chunk(meta_.segments().chunks() - 1);  // handles exist before their ids are handed out
+          segment_ids_.set_capacity(meta_.segments().capacity());
+        },
+        &written);
+    if (!id || written) return id;
     try {
       pool_.populate(meta_.segments().address(*id), geo_.bytes());
     } catch (const Error& e) {
@@ -806,15 +860,16 @@ class HmehEngine final : public Index {
     std::vector<Part> parts;
     std::vector<uint64_t> taken, made;  // new segments and radix nodes
     auto fail = [&] {
-      for (uint64_t id : taken) segment_ids_.give_back(id);
+      for (uint64_t id : taken) segment_ids_.give_back(id, true);
       for (uint64_t n : made) node_ids_.give_back(n);
       h.exit_exclusive(false);
       return Outcome::kTableFull;
     };
 
-    // Rehash the items into new segments by the next hash bit (or more, see partition()).
-    std::vector<Item> items;
-    items.reserve(geo_.slots());
+    // Rehash the items into new segments by the next hash bit (or more, see split_items()).
+    SplitScratch& scratch = split_scratch();
+    std::vector<Item>& items = scratch.items;
+    items.clear();
     for (uint32_t b = 0; b < geo_.buckets; ++b) {
       const uint64_t* bk = bucket(h.base, b);
       for (uint32_t s = 0; s < kSlotsPerBucket; ++s) {
@@ -825,11 +880,9 @@ class HmehEngine final : public Index {
         items.push_back(it);
       }
     }
-    std::vector<const Item*> all;
-    for (const Item& it : items) all.push_back(&it);
     // Only when more than a segment's worth of keys share every hash bit down to the depth limit
     // can this fail; the table is then full for them, and nothing changes.
-    if (!partition(all, prefix, depth, true, fh::max_depth(meta_.segments().capacity()), parts)) return fail();
+    if (!split_items(scratch, prefix, depth, fh::max_depth(meta_.segments().capacity()), parts)) return fail();
     for (Part& p : parts) {
       const std::optional<uint64_t> id = take_segment();
       if (!id) return fail();
@@ -837,7 +890,7 @@ class HmehEngine final : public Index {
     }
     for (const Part& p : parts) {
       std::byte* at = meta_.segments().address(p.segment);
-      Memory::copy(at, p.image.data(), geo_.bytes());
+      Memory::copy(at, scratch.images[p.image].words.data(), geo_.bytes());
       mem_.persist(at, geo_.bytes());
     }
     GPHASH_CRASH_POINT("hmeh.split.after_segments");
@@ -883,7 +936,7 @@ class HmehEngine final : public Index {
     }
     if (replaced_node) node_ids_.retire(*replaced_node);
     h.exit_exclusive(true);
-    segment_ids_.give_back(h.id);  // after the version changed (see IdPool)
+    segment_ids_.give_back(h.id, true);  // after the version changed (see IdPool)
     splits_.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard lock(stats_mutex_);
