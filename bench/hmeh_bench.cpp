@@ -95,6 +95,7 @@ struct Settings {
   uint64_t reserve = 0;      // throughput: OpenOptions::reserve_pool_bytes of the pools
   bool no_tag_mirror = false;  // throughput, recovery: the GPHash CPU engine without OpenOptions::tag_mirror
   double max_load_factor = OpenOptions{}.max_load_factor;  // throughput: when the GPHash CPU engine resizes
+  bool insert_only = false;  // throughput: stop after the load (a profile of the inserts alone)
 };
 
 // A pool path removed (with leftovers of a killed create) when it goes out of scope.
@@ -241,6 +242,10 @@ json throughput(const Settings& s, const std::vector<std::string>& engines, cons
       row["rehash_seconds"] = info.rehash_seconds;
       fmt::print("  {:<7} {:>2} threads  (grew {} times in {:.3f} s{})\n", engine, t, info.resizes, info.resize_seconds,
                  engine == "hmeh" ? " of thread time" : "");
+      if (s.insert_only) {
+        out.push_back(row);
+        continue;
+      }
       wrong = 0;
       record("search", run_op(s, execute, Op::kSearch, shuffle, OpStatus::kOk, &wrong), wrong);
       wrong = 0;
@@ -468,6 +473,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-load-factor", s.max_load_factor,
                  "throughput: OpenOptions::max_load_factor of the GPHash CPU engine (when its growing table resizes)")
       ->check(CLI::Range(0.01, 1.0));
+  app.add_flag("--insert-only", s.insert_only, "throughput: only the load (for a profile of the inserts)");
   app.add_flag("--no-tag-mirror", s.no_tag_mirror,
                "throughput, recovery: the GPHash CPU engine without its DRAM tag mirror (OpenOptions::tag_mirror off)");
   app.add_option("--json", json_path, "write the results as JSON here");
