@@ -133,6 +133,37 @@ TEST(HmehTable, StatsCountSegmentsAndGpuOnlyCallsAreRefusedTyped) {
   EXPECT_EQ(t.size(), 5100u);
 }
 
+// A pool at its size limit: inserts that need a new segment fail with kTableFull, typed, and every
+// acknowledged item stays. Eight threads split at once, so their runs of fresh segments
+// (HmehEngine::take_segment) meet the limit too.
+TEST(HmehTable, APoolAtItsSizeLimitFailsInsertsTypedAndLosesNothing) {
+  TempPool pool("hmeh-table");
+  Table::create(pool.path(), hmeh_config(8, 8)).close();
+  OpenOptions open;
+  open.threads = 8;
+  open.max_pool_bytes = uint64_t{8} << 20;
+  Table t = Table::open(pool.path(), open);
+  std::map<std::string, std::string> stored;
+  uint64_t full = 0;
+  for (uint64_t round = 0; round < 64 && full == 0; ++round) {
+    const Items items(20000, 8, 8, 100 + round);
+    std::vector<OpStatus> status(items.size());
+    t.execute({items.size(), 8, 8, Op::kInsert, nullptr, items.keys.data(), items.values.data(), nullptr, status.data()});
+    for (size_t i = 0; i < items.size(); ++i) {
+      ASSERT_TRUE(status[i] == OpStatus::kOk || status[i] == OpStatus::kTableFull) << to_string(status[i]);
+      if (status[i] == OpStatus::kOk) stored.emplace(items.key(i), items.value(i));
+      full += status[i] == OpStatus::kTableFull;
+    }
+  }
+  ASSERT_GT(full, 0u) << "the pool never filled";
+  EXPECT_LE(t.info().pool_bytes, open.max_pool_bytes);
+  EXPECT_EQ(t.size(), stored.size());
+  EXPECT_EQ(export_all(t, 4096), stored);
+  const CheckResult c = t.check();
+  EXPECT_TRUE(c.ok) << c.violation;
+  EXPECT_EQ(c.items, stored.size());
+}
+
 void mark_dirty(const std::string& path) {
   auto pool = pool::Pool::open(path, {});
   format::PoolHeader h = pool->header();
