@@ -119,6 +119,9 @@ class BatchShards {
   size_t end(int t) const { return end_[t]; }
   // The operation at position p.
   size_t index(size_t p) const { return order_ ? order_[p] : p; }
+  // Whether the shards run in an order of their own, not the batch's (then reading the batch's
+  // keys in shard order jumps around the batch).
+  bool permuted() const { return order_ != nullptr; }
   // Whether any operation is not a search (the batch needs its durability point).
   bool writes() const { return writes_; }
   // How many operations may add an item (inserts and upserts): a bound on the batch's growth.

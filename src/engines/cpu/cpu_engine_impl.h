@@ -203,6 +203,11 @@ class CpuEngine final : public Engine {
   static constexpr size_t kTagDistance = 20;
   static constexpr size_t kSlotDistance = 8;
   static constexpr size_t kBucketDistance = 8;
+  // The batch's key and value of an operation are fetched this many operations before its first
+  // stage: a write batch runs in its owners' order, a permutation of the batch, so each key read
+  // was a cache miss of its own (perf, 16-thread load of 16 M keys: three quarters of prepare()'s
+  // samples on that load).
+  static constexpr size_t kInputLead = 8;
   static constexpr size_t kRing = 32;  // a power of two above each distance
   static_assert(kTagDistance < kRing && kBucketDistance < kRing);
 
@@ -262,6 +267,17 @@ class CpuEngine final : public Engine {
       const Op op = op_of(b, shards.index(begin + k));
       table_.prefetch_slots(ring[k % kRing], op == Op::kInsert || op == Op::kUpsert);
     };
+    auto stage_input = [&](size_t k) {
+      const size_t i = shards.index(begin + k);
+      prefetch_line(key_of(b, i));
+      const Op op = op_of(b, i);
+      if (op != Op::kSearch && op != Op::kErase && b.values) prefetch_line(value_in(b, i));
+    };
+    // In batch order (searches) the hardware prefetcher has the keys already.
+    const bool fetch_input = shards.permuted();
+    const size_t input_ahead = ahead + kInputLead;
+    if (fetch_input)
+      for (size_t k = ahead; k < std::min(count, input_ahead); ++k) stage_input(k);
     for (size_t k = 0; k < std::min(count, ahead); ++k) stage(k);
     if (mirror)
       for (size_t k = 0; k < std::min(count, kSlotDistance); ++k) stage_slots(k);
@@ -278,6 +294,7 @@ class CpuEngine final : public Engine {
       } else {
         shards.status(p) = to_status(o);
       }
+      if (fetch_input && k + input_ahead < count) stage_input(k + input_ahead);
       if (k + ahead < count) stage(k + ahead);
       if (mirror && k + kSlotDistance < count) stage_slots(k + kSlotDistance);
     }

@@ -11,6 +11,31 @@
 
 namespace gphash::engine::cpu {
 
+// A line to be read soon, into every cache level: a prefetch the compiler cannot drop. With
+// __builtin_prefetch, GCC 12 at -O3 compiled CpuTable::prefetch to nothing for 8-byte keys (the
+// second line's prefetch, b + 64, made it drop all of them; objdump of the batch loop showed no
+// prefetch instruction), so the batch driver's software pipelining did nothing; it dropped HMEH's
+// prefetch of a batch's keys too. An asm statement is emitted as written. Measured on the 2-core
+// VM, 16 M 8-byte keys, one thread: searches about 4.2 -> 17 M/s.
+inline void prefetch_line(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
+// The same for a line about to be written: owned, so the stores (or a locked instruction) do not
+// ask for it again. (__builtin_prefetch(p, 1) emits prefetchw only where the compiler targets
+// PRFCHW, which the default x86-64 target does not.)
+inline void prefetch_for_write(const void* p) {
+#if defined(__x86_64__) || defined(__i386__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 1);
+#endif
+}
+
 class DirectMemory {
  public:
   explicit DirectMemory(const pool::Pool* pool) : pool_(pool) {}

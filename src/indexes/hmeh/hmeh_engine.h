@@ -175,7 +175,7 @@ class HmehEngine final : public Index {
   static constexpr uint64_t kNoCell = engine::cpu::CellAllocator::kNoCell;
   static constexpr size_t kMinOpsPerThread = 256;
   // Operations ahead (run_range).
-  static constexpr size_t kBucketsAhead = 8, kHandleAhead = 16, kDirectoryAhead = 24;
+  static constexpr size_t kBucketsAhead = 8, kHandleAhead = 16, kDirectoryAhead = 24, kInputAhead = 32;
   static constexpr uint64_t kRunBytes = uint64_t{2} << 20;  // the memory one page-table page maps
 
   // A key with its hash, the state word its slot carries once published, and its home bucket.
@@ -1096,7 +1096,10 @@ class HmehEngine final : public Index {
 
   // Runs the operations at positions [begin, end) with the next ones' memory brought in ahead, in
   // three steps each on what the step before fetched: the directory entry (kDirectoryAhead), the
-  // segment's handle (kHandleAhead), the probe buckets (kBucketsAhead); stops at one that needs
+  // segment's handle (kHandleAhead), the probe buckets (kBucketsAhead). Before them the batch's
+  // own key and value (kInputAhead): the shards run in their owners' order, a permutation of the
+  // batch, so reading a key missed the cache every time (as in the GPHash CPU engine, whose load
+  // profile showed it: cpu_engine_impl.h kInputLead). Stops at one that needs
   // the heap to grow past what the pool allows and returns its position (end when all ran).
   // (Against the buckets alone, 8 ahead: 16 threads, 16 M keys, searches 111-129 -> 137-139 M/s,
   // deletes 67-82 -> 102-107; bench/results/2026-11-29-hmeh-prefetch.)
@@ -1108,6 +1111,12 @@ class HmehEngine final : public Index {
     };
     Staged ring[kDirectoryAhead];
     const size_t count = end - begin;
+    auto input_step = [&](size_t k) {
+      const size_t i = shards.index(begin + k);
+      engine::cpu::prefetch_line(key_of(b, i));
+      const Op op = op_of(b, i);
+      if (op != Op::kSearch && op != Op::kErase && b.values) engine::cpu::prefetch_line(value_in(b, i));
+    };
     auto entry_step = [&](size_t k) {
       Staged& s = ring[k % kDirectoryAhead];
       prepare(s.probe, key_of(b, shards.index(begin + k)));
@@ -1125,6 +1134,9 @@ class HmehEngine final : public Index {
       __builtin_prefetch(home);
       if (geo_.probe > 1) __builtin_prefetch(home + fh::kBucketBytes);
     };
+    const bool fetch_input = shards.permuted();  // in batch order the hardware prefetcher has them
+    if (fetch_input)
+      for (size_t k = kDirectoryAhead; k < std::min(count, kInputAhead); ++k) input_step(k);
     for (size_t k = 0; k < std::min(count, kDirectoryAhead); ++k) entry_step(k);
     for (size_t k = 0; k < std::min(count, kHandleAhead); ++k) handle_step(k);
     for (size_t k = 0; k < std::min(count, kBucketsAhead); ++k) buckets_step(k);
@@ -1137,6 +1149,7 @@ class HmehEngine final : public Index {
       const Outcome o = apply(op_of(b, i), s.probe, value_in(b, i), shards.value_out(p), tid, delta, hint);
       if (o == Outcome::kNeedCell) return p;
       shards.status(p) = to_status(o);
+      if (fetch_input && k + kInputAhead < count) input_step(k + kInputAhead);
       if (k + kDirectoryAhead < count) entry_step(k + kDirectoryAhead);
       if (k + kHandleAhead < count) handle_step(k + kHandleAhead);
       if (k + kBucketsAhead < count) buckets_step(k + kBucketsAhead);
