@@ -22,8 +22,8 @@ struct EngineStats {
   bool recovered = false;      // the pool was not shut down cleanly and recovery ran at open
   double open_seconds = 0;     // time to open (recovery included)
   double last_resize_seconds = 0;
-  double resize_seconds = 0, heap_grow_seconds = 0;  // all resizes and heap growth of this session
-                                                    // (HMEH: its splits' thread-seconds)
+  // All resizes and heap growth of this session (HMEH: its splits' time, summed over the threads).
+  double resize_seconds = 0, heap_grow_seconds = 0;
   double rehash_seconds = 0;  // CPU engine: of resize_seconds, moving the bottom level's items up
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch (events)
   // GPU engine: the last batch's device time by stage (plan = hash + sort; kernel = the parallel

@@ -84,8 +84,8 @@ inline OpStatus to_status(Outcome o) {
 // lock-free reader still looking at it validates what it read by the segment's version, which
 // the split changed, and stores into it go word by word (DirectMemory::copy). Reusing it at once
 // halves the fresh segments whose pages a load faults in, HMEH's largest cost at 16 threads.
-// A radix node a split replaced is retired and becomes free between batches. Ids whose memory
-// this session wrote (`written`) are handed out first: their pages need no populating.
+// A radix node a split replaced is retired and becomes free between batches. Ids whose pages this
+// session populated or wrote (`written`) are handed out first: they need no populating.
 class IdPool {
  public:
   void reset(uint64_t capacity, const std::vector<uint64_t>& used_bits) {
@@ -104,7 +104,7 @@ class IdPool {
     if (next_fresh_ < capacity_) return next_fresh_++;
     return std::nullopt;
   }
-  // An id from the free lists only: one whose memory this session wrote, else any.
+  // An id from the free lists only: one whose pages are there (`written`), else any.
   std::optional<uint64_t> take_free(bool& written) {
     std::lock_guard lock(mutex_);
     written = !written_.empty();
