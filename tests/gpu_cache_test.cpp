@@ -1,7 +1,8 @@
 // BktCache (engines/gpu/bucket_cache.cuh): skewed mixed batches on a host-mapped table while
 // loading phases run on the cache's stream, every result against the model, with and without
 // resizes, for every policy; then the pool, written with the cache on, is checked and read back by
-// the CPU engine. Also: the cache is absent where it cannot help, and a budget bounds it.
+// the CPU engine. Also: a complete cache serves every hit, the cache is absent where it cannot
+// help, and a budget bounds it.
 // Skipped where no GPU is present (the property tests of gpu_engine_test also run cached variants).
 #include <gtest/gtest.h>
 
@@ -205,6 +206,55 @@ TEST(BucketCache, AbsentWhereItCannotHelp) {
   }
 }
 
+// A complete cache (fraction 1): one loading phase per table size (the first batches, and again
+// after each resize), then every operation on an existing key is served from GPU memory, while
+// mixed batches, resizes and heap growth go on; the pool it wrote is checked by the CPU engine.
+TEST(BucketCache, ACompleteCopyServesEveryHitAfterItsOnePhase) {
+  REQUIRE_GPU();
+  for (const uint32_t kw : {8u, 32u})
+    for (const bool grows : {false, true}) {
+      const std::string where = "key width " + std::to_string(kw) + (grows ? ", growing" : ", fixed");
+      TempPool pool("complete");
+      Workload w(kw, 32, 100'000);
+      Model model;
+      {
+        OpenOptions o = cached(CachePolicy::kLfu, 8192);
+        o.cache.fraction = 1.0;
+        Table t = Table::create(pool.path(), {kw, 32, {2, 2, 8}, grows ? 1024u : 400'000u, 5}, o);
+        // Settled: the phase after the last resize has switched (a resize drops every line).
+        TableInfo last = t.info(), since{};
+        bool settled = false;
+        int rounds_settled = 0;
+        for (int round = 0; round < 40; ++round) {
+          ASSERT_NO_FATAL_FAILURE(run_checked(t, model, w, 8192, round < 15 ? 8 : 1, where + " round " + std::to_string(round)));
+          const TableInfo now = t.info();
+          if (now.resizes != last.resizes) settled = false;
+          else if (!settled && now.cache_phases != last.cache_phases) settled = true, since = now, rounds_settled = 0;
+          else if (settled) ++rounds_settled;
+          last = now;
+        }
+        ASSERT_TRUE(settled) << where;
+        ASSERT_GE(rounds_settled, 15) << where;
+        const TableInfo info = t.info();
+        if (grows) EXPECT_GT(info.resizes, 0u) << where;
+        // At most one phase per table size, and none once settled.
+        EXPECT_LE(info.cache_phases, info.resizes + 1) << where;
+        EXPECT_EQ(info.cache_phases, since.cache_phases) << where;
+        EXPECT_EQ(info.cache_lines * 8, info.slots) << where;  // a line for every bucket of 8 slots
+        const uint64_t hits = info.cache_hits - since.cache_hits, lookups = info.cache_lookups - since.cache_lookups;
+        EXPECT_GT(lookups, 0u) << where;
+        EXPECT_EQ(hits, lookups) << where << ": " << hits << " of " << lookups;
+        ASSERT_NO_FATAL_FAILURE(expect_model(t, model, kw, 32));
+      }
+      OpenOptions cpu;
+      Table t = Table::open(pool.path(), cpu);
+      const CheckResult check = t.check();
+      EXPECT_TRUE(check.ok) << where << ": " << check.violation;
+      ASSERT_NO_FATAL_FAILURE(expect_model(t, model, kw, 32));
+    }
+}
+
+// Fraction 1 with a budget too small for a complete copy: the cache samples and phases as usual.
 TEST(BucketCache, StaysWithinItsGpuMemoryBudget) {
   REQUIRE_GPU();
   TempPool pool("budget");

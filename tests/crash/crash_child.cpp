@@ -83,6 +83,7 @@ struct Args {
   // GPU engine: BktCache loads every this many operations. Small, so that crash workloads kill and
   // trap the engine while loading phases are in flight and hits are served from cached lines.
   uint64_t cache_reload = 256;
+  double cache_fraction = 0.5;  // of the buckets; 1: a complete copy (bucket_cache.cuh)
   WorkloadParams params;
 };
 
@@ -97,7 +98,7 @@ int run(const Args& a, ReportWriter& out) {
   options.max_load_factor = 0.95;
   options.cache.policy = CachePolicy::kLfu;  // on, whatever the default
   options.cache.reload_operations = a.cache_reload;
-  options.cache.fraction = 0.5;
+  options.cache.fraction = a.cache_fraction;
   out.opening();
   Table table = [&] {
     if (!a.create) return Table::open(a.pool, options);
@@ -156,6 +157,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "CPU engine threads (1: deterministic store order)");
   app.add_flag("--no-tag-mirror", a.no_tag_mirror, "CPU engine: OpenOptions::tag_mirror off");
   app.add_option("--cache-reload", a.cache_reload, "GPU engine: operations between BktCache loading phases");
+  app.add_option("--cache-fraction", a.cache_fraction, "GPU engine: share of the buckets BktCache holds")->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", a.seed, "workload seed (also the hash seed of a created pool)");
   app.add_option("--first-batch", a.first_batch, "number of the first batch (versions are unique per batch number)");
   app.add_option("--max-batches", a.max_batches, "stop after this many batches, close and report DONE");

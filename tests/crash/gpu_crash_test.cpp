@@ -21,11 +21,13 @@ struct Config {
   const char* name;
   uint32_t key_width, value_width;
   const char* shape;
+  double cache_fraction;  // BktCache's; 1: a complete copy, every hit from GPU memory
 };
 const Config kConfigs[] = {
-    {"k8_v8_2L2H8S", 8, 8, "2L-2H-8S"},
-    {"k16_v40_4L2H4S", 16, 40, "4L-2H-4S"},
-    {"k32_v128_1L4H8S", 32, 128, "1L-4H-8S"},
+    {"k8_v8_2L2H8S", 8, 8, "2L-2H-8S", 0.5},
+    {"k16_v40_4L2H4S", 16, 40, "4L-2H-4S", 0.5},
+    {"k32_v128_1L4H8S", 32, 128, "1L-4H-8S", 0.5},
+    {"k32_v40_2L2H8S_complete", 32, 40, "2L-2H-8S", 1.0},
 };
 constexpr int64_t kBatches = 40;
 
@@ -45,6 +47,7 @@ TEST(GpuCrashInjection, TrapAtEveryDepthRecoversWithBothEngines) {
       PoolUnderTest pool(fmt::format("/dev/shm/gphash-gputrap-{}-{}-{}", getpid(), c.name, n), c.shape, p, 11);
       pool.capacity = 32;  // small: the workload crosses resizes and heap growth
       pool.engine = "gpu";
+      pool.cache_fraction = c.cache_fraction;
       remove_pool_and_leftovers(pool.path);
       ChildProcess child(crash_child_path(), pool.child_args(kBatches), {fmt::format("GPHASH_GPU_CRASH_AFTER={}", n)});
       child.wait();

@@ -43,15 +43,17 @@ std::vector<std::string> PoolUnderTest::child_args(std::optional<int64_t> max_ba
   }
   if (max_batches) a.insert(a.end(), {"--max-batches", std::to_string(*max_batches)});
   if (!tag_mirror) a.push_back("--no-tag-mirror");
+  if (engine == "gpu") a.insert(a.end(), {"--cache-fraction", fmt::format("{}", cache_fraction)});
   return a;
 }
 
 std::string PoolUnderTest::describe() const {
   const std::string layout =
       index == "hmeh" ? fmt::format("hmeh, {}-byte segments", segment_bytes) : fmt::format("gphash {}", shape);
-  return fmt::format("pool {} (key width {}, value width {}, {}, capacity {}, seed {}, engine {}, threads {}{})", path,
+  return fmt::format("pool {} (key width {}, value width {}, {}, capacity {}, seed {}, engine {}, threads {}{}{})", path,
                      params.key_width, params.value_width, layout, capacity, seed, engine, threads,
-                     tag_mirror ? "" : ", no tag mirror");
+                     tag_mirror ? "" : ", no tag mirror",
+                     engine == "gpu" ? fmt::format(", cache fraction {}", cache_fraction) : "");
 }
 
 std::vector<std::string> absorb_report(PoolUnderTest& pool, const ChildReport& report,

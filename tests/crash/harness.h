@@ -25,6 +25,7 @@ struct PoolUnderTest {
   std::string engine = "cpu";  // the child's engine
   int threads = 2;             // the child's CPU threads
   bool tag_mirror = true;      // the child's OpenOptions::tag_mirror (CPU engine)
+  double cache_fraction = 0.5;  // the child's BktCache fraction (GPU engine; 1: a complete copy)
   CrashModel model;            // acknowledged state (exact after each verification)
   uint64_t key_space = 0;      // records [0, key_space) may have been written
   uint64_t next_batch = 0;     // batch numbers are never reused, so versions stay unique

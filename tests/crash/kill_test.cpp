@@ -102,6 +102,7 @@ TEST(KillTest, AcknowledgedStateSurvivesSigkillAtRandomMoments) {
       ++stats.pools;
       stats.hmeh_pools += hmeh;
       pool->engine = engine;
+      pool->cache_fraction = stats.pools % 2 ? 1.0 : 0.5;  // GPU engine: every other pool's cache is complete
       kills_left_on_pool = 4 + static_cast<int64_t>(rng.below(13));
       open_estimate_us = 200;
     }

@@ -16,6 +16,10 @@
 // stream: buckets written since the phase began (the `written` bits) are copied again, from their
 // current line if they have one, else from the pool; then kernels use the new lines. A resize
 // drops everything (bucket ids change).
+// A complete cache (fraction 1, within the budget if there is one) has a line for every bucket:
+// one set of lines, one phase that takes every bucket (no scores), then no more phases and no
+// statistics, since membership cannot change; every write keeps its line current, so after the
+// first switch every operation on an existing key is served from GPU memory.
 #pragma once
 
 #include <cub/block/block_scan.cuh>
@@ -119,6 +123,15 @@ __global__ inline void cache_select_kernel(const uint32_t* scores, uint64_t ids,
     }
     index[id] = line;
   }
+}
+
+// A complete cache's selection: bucket id k is line k.
+__global__ inline void cache_take_all_kernel(uint64_t ids, CacheSelection* sel, int32_t* index, uint32_t* line_ids) {
+  for (uint64_t id = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < ids; id += uint64_t{gridDim.x} * blockDim.x) {
+    index[id] = static_cast<int32_t>(id);
+    line_ids[id] = static_cast<uint32_t>(id);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) sel->all = 1, sel->lines = static_cast<uint32_t>(ids);
 }
 
 // A warp fills line `line` of `to` with bucket `id`: from its line in `from` if it has one, else
@@ -228,7 +241,7 @@ class BucketCache {
       current_ = staging_;
       loading_ = false;
       ++phases_;
-    } else if (!loading_ && since_phase_ >= std::max<uint64_t>(options_.reload_operations, 1)) {
+    } else if (!loading_ && !(complete_ && current_ >= 0) && since_phase_ >= std::max<uint64_t>(options_.reload_operations, 1)) {
       start_phase(dt, stream);
     }
     since_phase_ += n;
@@ -259,36 +272,43 @@ class BucketCache {
 
  private:
   // Lines per set for the table's current size: the configured fraction of its buckets, within the
-  // GPU-memory budget (both sets of lines, the index of each, the statistics and the scores).
+  // GPU-memory budget (both sets of lines, the index of each, the statistics and the scores). A
+  // complete cache needs one set and neither statistics nor scores.
   bool ensure_memory(const T& dt, cudaStream_t stream) {
     const uint64_t ids = format::level_buckets(dt.bottom) * ((1u << T::L) - 1);
     if (ids == ids_) return lines_max_ > 0;
     ids_ = ids;
     current_ = -1;
     loading_ = false;
-    since_phase_ = std::max<uint64_t>(options_.reload_operations, 1) / 2;  // first phase soon
     value_bytes_ = dt.has_heap && options_.values ? (dt.value_width + 15) / 16 * 16 : 0;
     line_bytes_ = T::Layout::kBytes + (value_bytes_ ? T::S * (8 + value_bytes_) : 0);
     const uint64_t per_id = 2 * 4 + 4 + 4;  // two indexes, statistics, scores (+ a bit: written)
-    uint64_t lines = static_cast<uint64_t>(options_.fraction * static_cast<double>(ids));
-    if (options_.gpu_bytes) {
-      const uint64_t fixed = ids * per_id + ids / 8 + 2 * kScoreBins * 4;
+    const uint64_t fixed = ids * per_id + ids / 8 + 2 * kScoreBins * 4;
+    complete_ = options_.fraction >= 1.0 && ids <= (uint64_t{1} << 30) &&
+                (!options_.gpu_bytes || options_.gpu_bytes >= ids * (4 + 4 + line_bytes_) + ids / 8);
+    uint64_t lines = complete_ ? ids : static_cast<uint64_t>(options_.fraction * static_cast<double>(ids));
+    if (options_.gpu_bytes && !complete_)
       lines = options_.gpu_bytes > fixed ? std::min(lines, (options_.gpu_bytes - fixed) / (2 * (line_bytes_ + 4))) : 0;
-    }
     lines = std::min<uint64_t>(lines, uint64_t{1} << 30);
     lines_max_ = static_cast<uint32_t>(lines);
-    for (auto& l : lines_) l.release();
+    // The first phase soon; a complete cache's at once (it is the only one).
+    since_phase_ = std::max<uint64_t>(options_.reload_operations, 1) / (complete_ ? 1 : 2);
+    const int sets = complete_ ? 1 : 2;
+    for (int k = 0; k < 2; ++k) index_[k].release(), line_ids_[k].release(), lines_[k].release();
+    stats_.release(), scores_.release();
     if (!lines_max_) return false;
     try {
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < sets; ++k) {
         index_[k].resize(ids);
         line_ids_[k].resize(lines_max_);
         lines_[k].resize(size_t{lines_max_} * line_bytes_);
       }
-      stats_.resize(ids);
-      scores_.resize(ids);
+      if (!complete_) {
+        stats_.resize(ids);
+        scores_.resize(ids);
+        hist_.resize(2 * kScoreBins);
+      }
       written_.resize((ids + 31) / 32);
-      hist_.resize(2 * kScoreBins);
       selection_.resize(1);
       if (!counters_.get()) {
         counters_.resize(1);
@@ -306,8 +326,9 @@ class BucketCache {
       stats_.release(), scores_.release(), written_.release();
       return false;
     }
-    GPHASH_CUDA(cudaMemsetAsync(stats_.get(), 0, ids * 4, stream));  // in the batch's stream, before its kernels
-    gpu_bytes_ = ids * per_id + written_.size() * 4 + 2 * uint64_t{lines_max_} * (line_bytes_ + 4) + hist_.size() * 4;
+    if (!complete_) GPHASH_CUDA(cudaMemsetAsync(stats_.get(), 0, ids * 4, stream));  // in the batch's stream, before its kernels
+    gpu_bytes_ = sets * (ids * 4 + uint64_t{lines_max_} * (line_bytes_ + 4)) + written_.size() * 4 +
+                 (complete_ ? 0 : ids * 8 + hist_.size() * 4);
     return true;
   }
 
@@ -326,7 +347,7 @@ class BucketCache {
     v.index = set >= 0 ? index_[set].get() : nullptr;
     v.lines = set >= 0 ? lines_[set].get() : nullptr;
     v.written = tracking ? written_.get() : nullptr;
-    v.stats = stats_.get();
+    v.stats = complete_ ? nullptr : stats_.get();
     v.counters = counters_.get();
     v.epoch = epoch_;
     v.policy = static_cast<uint8_t>(policy_);
@@ -350,15 +371,20 @@ class BucketCache {
     GPHASH_CUDA(cudaMemsetAsync(written_.get(), 0, written_.size() * 4, stream));
     GPHASH_CUDA(cudaEventRecord(phase_start_->get(), stream));
     GPHASH_CUDA(cudaStreamWaitEvent(load, phase_start_->get(), 0));
-    GPHASH_CUDA(cudaMemsetAsync(hist_.get(), 0, hist_.size() * 4, load));
     GPHASH_CUDA(cudaMemsetAsync(selection_.get(), 0, sizeof(CacheSelection), load));
-    cache_score_kernel<<<id_blocks(), 256, 0, load>>>(stats_.get(), ids_, static_cast<uint8_t>(policy_),
-                                                      static_cast<uint32_t>(epoch_), scores_.get(), hist_.get());
-    cache_threshold_kernel<<<1, 1024, 0, load>>>(hist_.get(), lines_max_, selection_.get(), false);
-    cache_hist_low_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), hist_.get() + kScoreBins);
-    cache_threshold_kernel<<<1, 1024, 0, load>>>(hist_.get() + kScoreBins, 0, selection_.get(), true);
-    cache_select_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), index_[staging_].get(),
-                                                       line_ids_[staging_].get());
+    if (complete_) {
+      cache_take_all_kernel<<<id_blocks(), 256, 0, load>>>(ids_, selection_.get(), index_[staging_].get(),
+                                                           line_ids_[staging_].get());
+    } else {
+      GPHASH_CUDA(cudaMemsetAsync(hist_.get(), 0, hist_.size() * 4, load));
+      cache_score_kernel<<<id_blocks(), 256, 0, load>>>(stats_.get(), ids_, static_cast<uint8_t>(policy_),
+                                                        static_cast<uint32_t>(epoch_), scores_.get(), hist_.get());
+      cache_threshold_kernel<<<1, 1024, 0, load>>>(hist_.get(), lines_max_, selection_.get(), false);
+      cache_hist_low_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), hist_.get() + kScoreBins);
+      cache_threshold_kernel<<<1, 1024, 0, load>>>(hist_.get() + kScoreBins, 0, selection_.get(), true);
+      cache_select_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), index_[staging_].get(),
+                                                         line_ids_[staging_].get());
+    }
     cache_fill_kernel<<<load_blocks(), 256, 0, load>>>(dt, view(dt, staging_, false), view(dt, current_, false),
                                                        line_ids_[staging_].get(), selection_.get(), lines_max_);
     GPHASH_CUDA(cudaGetLastError());
@@ -369,6 +395,7 @@ class BucketCache {
 
   CacheOptions options_;
   bool enabled_ = false;
+  bool complete_ = false;  // a line for every bucket (header comment)
   CachePolicyCode policy_ = CachePolicyCode::kLfu;
   uint64_t ids_ = 0;
   uint32_t lines_max_ = 0, line_bytes_ = 0, value_bytes_ = 0;
