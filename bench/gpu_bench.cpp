@@ -599,7 +599,7 @@ struct GpuBatchesSpec {
   std::string devices;  // a sharded table over these GPUs (--devices 0,1); empty: one table on GPU 0
   double cache_fraction = 0.2, theta = 0.99;
   uint64_t records = 0, operations = 0, capacity = 0, cache_reload = 0;  // cache_reload 0: the default
-  uint64_t reserve_pool_bytes = 0;
+  uint64_t reserve_pool_bytes = 0, cache_bytes = 0;
   size_t batch = 0;
   uint32_t key_width = 8, value_width = 8;
   std::string workloads = "load,search,negative-search,update,a,b,c,f,delete";
@@ -615,6 +615,7 @@ OpenOptions options_of(const GpuBatchesSpec& g) {
     o.cache.policy = g.cache == "lfu" ? CachePolicy::kLfu : g.cache == "lru" ? CachePolicy::kLru
                      : g.cache == "random" ? CachePolicy::kRandom : CachePolicy::kOff;
     o.cache.fraction = g.cache_fraction;
+    o.cache.gpu_bytes = g.cache_bytes;
     o.cache.values = g.cache_values == "on";
     if (g.cache_reload) o.cache.reload_operations = g.cache_reload;
   }  // else the CPU engine on all cores
@@ -804,6 +805,7 @@ int main(int argc, char** argv) {
   g->add_option("--cache", gb.cache)->check(CLI::IsMember({"off", "lfu", "lru", "random"}));
   g->add_option("--cache-values", gb.cache_values)->check(CLI::IsMember({"on", "off"}));
   g->add_option("--cache-fraction", gb.cache_fraction);
+  g->add_option("--cache-bytes", gb.cache_bytes, "a GPU-memory budget the cache sizes itself within (0: none)");
   g->add_option("--cache-reload", gb.cache_reload, "operations between loading phases (0: the default)");
   g->add_option("--devices", gb.devices, "GPU engine: shard the table over these GPUs (e.g. 0,1); batches stay on GPU 0");
   g->add_option("--kernels", gb.kernels)->check(CLI::IsMember({"warp", "warp-direct", "thread"}));

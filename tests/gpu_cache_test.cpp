@@ -254,7 +254,8 @@ TEST(BucketCache, ACompleteCopyServesEveryHitAfterItsOnePhase) {
     }
 }
 
-// Fraction 1 with a budget too small for a complete copy: the cache samples and phases as usual.
+// A budget sizes the cache: one too small for a complete copy gets the lines it holds, sampled
+// and reloaded in phases as usual; one that holds a complete copy gets it, whatever the fraction.
 TEST(BucketCache, StaysWithinItsGpuMemoryBudget) {
   REQUIRE_GPU();
   TempPool pool("budget");
@@ -269,6 +270,25 @@ TEST(BucketCache, StaysWithinItsGpuMemoryBudget) {
   EXPECT_GT(info.cache_gpu_bytes, 0u);
   EXPECT_LE(info.cache_gpu_bytes, o.cache.gpu_bytes);
   EXPECT_GT(info.cache_phases, 0u);
+  EXPECT_LT(info.cache_lines * 8, info.slots);
+}
+
+TEST(BucketCache, ABudgetThatHoldsEveryBucketMakesTheCacheComplete) {
+  REQUIRE_GPU();
+  TempPool pool("budget_complete");
+  OpenOptions o = cached(CachePolicy::kLfu, 4096);
+  o.cache.fraction = 0.2;                  // not used with a budget
+  o.cache.gpu_bytes = uint64_t{1} << 30;  // far more than the complete copy of this table
+  Table t = Table::create(pool.path(), {32, 32, {2, 2, 8}, 100'000, 5}, o);
+  Model model;
+  Workload w(32, 32, 50'000);
+  for (int round = 0; round < 8; ++round) ASSERT_NO_FATAL_FAILURE(run_checked(t, model, w, 4096, 2, "budget"));
+  const TableInfo info = t.info();
+  EXPECT_EQ(info.resizes, 0u);
+  EXPECT_EQ(info.cache_phases, 1u);
+  EXPECT_EQ(info.cache_lines * 8, info.slots);
+  EXPECT_LE(info.cache_gpu_bytes, o.cache.gpu_bytes);
+  ASSERT_NO_FATAL_FAILURE(expect_model(t, model, 32, 32));
 }
 
 }  // namespace

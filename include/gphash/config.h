@@ -82,10 +82,12 @@ struct CacheOptions {
   // Off by default because on the H100 it does not pay yet (README, "BktCache"). The stale reads
   // once seen with it on were the GPU slow path's, with or without the cache, and are fixed.
   CachePolicy policy = CachePolicy::kOff;
-  // Of the table's buckets. 1 (within gpu_bytes, if set) makes the cache complete: a GPU-memory
-  // copy of every bucket and its values, filled once, kept current by every write.
+  // Of the table's buckets, when there is no budget. 1 makes the cache complete: a GPU-memory copy
+  // of every bucket and its values, filled once, kept current by every write.
   double fraction = 0.2;
-  uint64_t gpu_bytes = 0;                     // a budget for all of the cache's GPU memory (0: none)
+  // A budget for all of the cache's GPU memory (0: none). With one, the cache sizes itself: complete
+  // if that fits the budget, else as many buckets as the budget holds (the fraction is not used).
+  uint64_t gpu_bytes = 0;
   uint64_t reload_operations = uint64_t{1} << 21;  // operations between loading phases
   // Also cache the heap values of cached buckets (beyond the paper, whose hits still read a heap
   // value from host memory): a hit on a hot key then touches no host memory.

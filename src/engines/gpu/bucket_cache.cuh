@@ -16,7 +16,7 @@
 // stream: buckets written since the phase began (the `written` bits) are copied again, from their
 // current line if they have one, else from the pool; then kernels use the new lines. A resize
 // drops everything (bucket ids change).
-// A complete cache (fraction 1, within the budget if there is one) has a line for every bucket:
+// A complete cache (fraction 1, or a budget that holds it) has a line for every bucket:
 // one set of lines, one phase that takes every bucket (no scores), then no more phases and no
 // statistics, since membership cannot change; every write keeps its line current, so after the
 // first switch every operation on an existing key is served from GPU memory.
@@ -271,9 +271,9 @@ class BucketCache {
   }
 
  private:
-  // Lines per set for the table's current size: the configured fraction of its buckets, within the
-  // GPU-memory budget (both sets of lines, the index of each, the statistics and the scores). A
-  // complete cache needs one set and neither statistics nor scores.
+  // Lines per set for the table's current size: the configured fraction of its buckets, or what
+  // the GPU-memory budget holds (both sets of lines, the index of each, the statistics and the
+  // scores). A complete cache needs one set and neither statistics nor scores.
   bool ensure_memory(const T& dt, cudaStream_t stream) {
     const uint64_t ids = format::level_buckets(dt.bottom) * ((1u << T::L) - 1);
     if (ids == ids_) return lines_max_ > 0;
@@ -284,12 +284,17 @@ class BucketCache {
     line_bytes_ = T::Layout::kBytes + (value_bytes_ ? T::S * (8 + value_bytes_) : 0);
     const uint64_t per_id = 2 * 4 + 4 + 4;  // two indexes, statistics, scores (+ a bit: written)
     const uint64_t fixed = ids * per_id + ids / 8 + 2 * kScoreBins * 4;
-    complete_ = options_.fraction >= 1.0 && ids <= (uint64_t{1} << 30) &&
-                (!options_.gpu_bytes || options_.gpu_bytes >= ids * (4 + 4 + line_bytes_) + ids / 8);
-    uint64_t lines = complete_ ? ids : static_cast<uint64_t>(options_.fraction * static_cast<double>(ids));
-    if (options_.gpu_bytes && !complete_)
-      lines = options_.gpu_bytes > fixed ? std::min(lines, (options_.gpu_bytes - fixed) / (2 * (line_bytes_ + 4))) : 0;
-    lines = std::min<uint64_t>(lines, uint64_t{1} << 30);
+    // A budget sizes the cache by itself: complete if one set of lines fits, else as many lines as
+    // two sets and the statistics leave room for. Without one, the fraction decides.
+    uint64_t lines;
+    if (options_.gpu_bytes) {
+      complete_ = ids <= (uint64_t{1} << 30) && options_.gpu_bytes >= ids * (4 + 4 + line_bytes_) + ids / 8;
+      lines = complete_ ? ids : options_.gpu_bytes > fixed ? (options_.gpu_bytes - fixed) / (2 * (line_bytes_ + 4)) : 0;
+    } else {
+      complete_ = options_.fraction >= 1.0 && ids <= (uint64_t{1} << 30);
+      lines = complete_ ? ids : static_cast<uint64_t>(options_.fraction * static_cast<double>(ids));
+    }
+    lines = std::min<uint64_t>({lines, ids, uint64_t{1} << 30});
     lines_max_ = static_cast<uint32_t>(lines);
     // The first phase soon; a complete cache's at once (it is the only one).
     since_phase_ = std::max<uint64_t>(options_.reload_operations, 1) / (complete_ ? 1 : 2);
