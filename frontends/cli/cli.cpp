@@ -442,7 +442,8 @@ void Cli::add_engine(CLI::App* app) {
                 "load factor past which an insert that finds no free slot resizes the table instead of displacing (default 0.9)");
   options_.choice(app, "--cache", eng_.cache, {"lfu", "lru", "random", "off"},
                   "GPU engine, mapped: BktCache policy (hot buckets and their values in GPU memory; default off)");
-  options_.real(app, "--cache-fraction", eng_.cache_fraction, 0, 1, "BktCache without --cache-bytes: share of the table's buckets cached (default 0.2; 1: a complete copy)");
+  options_.real(app, "--cache-fraction", eng_.cache_fraction, 0, 1,
+                "BktCache without --cache-bytes: share of the table's buckets cached (default 0.2; 1: a complete copy)");
   options_.number(app, "--cache-bytes", eng_.cache_bytes, 0, kMaxPoolBytes,
                   "BktCache: GPU memory budget for the whole cache, which sizes itself within it (0 = none)");
   options_.number(app, "--cache-reload", eng_.cache_reload, 1, uint64_t{1} << 40,
