@@ -102,22 +102,33 @@ class Table:
 
     @classmethod
     def create(cls, pool, *, key_width=8, value_width=8, capacity=1 << 20, shape="2L-2H-8S",
-               hash_seed=None, engine="cpu", placement="host", replace=False, threads=0, shards=None):
+               hash_seed=None, engine="cpu", placement="host", replace=False, threads=0, shards=None,
+               cache="off", cache_fraction=0.2, cache_bytes=0):
         """Creates a pool ("NAME" = /dev/shm/NAME, "mem:" = anonymous memory, or a path).
 
         ``shards=[0, 1]`` shards the table over GPUs 0 and 1 (one pool per entry, NAME.shard<k>;
         ``[0, 0]``: two shards on GPU 0; the CPU engine uses only the count). With the GPU engine,
         CUDA tensors are routed on their own GPU and each shard's part reaches its GPU by a peer
-        copy; such a batch runs before the call returns."""
+        copy; such a batch runs before the call returns.
+
+        ``cache`` ("off", "lfu", "lru", "random"): BktCache, GPU-memory copies of buckets of a
+        host-placed table (GPU engine). ``cache_bytes`` is a GPU-memory budget the cache sizes
+        itself within: a complete copy of the table if it fits, which serves every operation on an
+        existing key from GPU memory; without a budget, ``cache_fraction`` of the buckets (1:
+        complete). ``info()`` reports ``cache_hits`` of ``cache_lookups``."""
         return cls(_gphash.Table.create(pool, key_width, value_width, capacity, shape, hash_seed,
-                                        engine, placement, replace, threads, list(shards or [])))
+                                        engine, placement, replace, threads, list(shards or []),
+                                        cache, cache_fraction, cache_bytes))
 
     @classmethod
-    def open(cls, pool, *, engine="cpu", placement="host", read_only=False, threads=0, shards=None):
+    def open(cls, pool, *, engine="cpu", placement="host", read_only=False, threads=0, shards=None,
+             cache="off", cache_fraction=0.2, cache_bytes=0):
         """Opens a pool; runs crash recovery first if it was not shut down cleanly. A sharded
         table needs ``shards`` with as many entries as it was created with (else
-        gphash.Error ShardMismatch)."""
-        return cls(_gphash.Table.open(pool, engine, placement, read_only, threads, list(shards or [])))
+        gphash.Error ShardMismatch). ``cache``, ``cache_fraction``, ``cache_bytes``: as for
+        :meth:`create`."""
+        return cls(_gphash.Table.open(pool, engine, placement, read_only, threads, list(shards or []),
+                                      cache, cache_fraction, cache_bytes))
 
     def __enter__(self):
         return self

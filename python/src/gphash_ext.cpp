@@ -79,9 +79,25 @@ void require_int64(const Array& a, const char* field) {
     bad(std::string(field) + " must be a 1-D int64 array", field);
 }
 
+// BktCache from Python: policy "off", "lfu", "lru" or "random"; a budget (bytes) sizes the cache by
+// itself, complete when it holds every bucket; without one, `fraction` of the buckets (1: complete).
+struct CacheArgs {
+  std::string policy = "off";
+  double fraction = 0.2;
+  uint64_t bytes = 0;
+};
+
 gphash::OpenOptions open_options(const std::string& engine, const std::string& placement, bool read_only, bool replace,
-                                 int threads, const std::vector<int>& shards = {}) {
+                                 int threads, const std::vector<int>& shards = {}, const CacheArgs& cache = {}) {
   gphash::OpenOptions o;
+  if (cache.policy == "off") o.cache.policy = gphash::CachePolicy::kOff;
+  else if (cache.policy == "lfu") o.cache.policy = gphash::CachePolicy::kLfu;
+  else if (cache.policy == "lru") o.cache.policy = gphash::CachePolicy::kLru;
+  else if (cache.policy == "random") o.cache.policy = gphash::CachePolicy::kRandom;
+  else bad("cache must be off, lfu, lru or random, not " + cache.policy, "cache");
+  if (!(cache.fraction >= 0 && cache.fraction <= 1)) bad("cache_fraction must be in [0, 1]", "cache_fraction");
+  o.cache.fraction = cache.fraction;
+  o.cache.gpu_bytes = cache.bytes;
   if (engine == "cpu") o.engine = gphash::EngineKind::kCpu;
   else if (engine == "gpu") o.engine = gphash::EngineKind::kGpu;
   else bad("engine must be cpu or gpu, not " + engine, "engine");
@@ -170,6 +186,13 @@ struct PyTable {
     d["format_version"] = i.format_version;
     d["uuid"] = i.uuid;
     d["shard_count"] = i.shard_count;  // 0: one pool; else the shards', summed above
+    // BktCache (GPU engine, host placement): buckets cached now, GPU memory held, and since open
+    // operations on existing keys, those served from GPU memory, loading phases.
+    d["cache_lines"] = i.cache_lines;
+    d["cache_gpu_bytes"] = i.cache_gpu_bytes;
+    d["cache_lookups"] = i.cache_lookups;
+    d["cache_hits"] = i.cache_hits;
+    d["cache_phases"] = i.cache_phases;
     return d;
   }
 
@@ -400,26 +423,31 @@ NB_MODULE(_gphash, m) {
       .def_static("create",
                   [](const std::string& pool, uint32_t kw, uint32_t vw, uint64_t capacity, const std::string& shape,
                      std::optional<uint64_t> seed, const std::string& engine, const std::string& placement,
-                     bool replace, int threads, const std::vector<int>& shards) {
+                     bool replace, int threads, const std::vector<int>& shards, const std::string& cache,
+                     double cache_fraction, uint64_t cache_bytes) {
                     gphash::TableConfig c{.key_width = kw, .value_width = vw, .shape = gphash::parse_shape(shape),
                                           .capacity = capacity, .hash_seed = seed};
+                    const CacheArgs ca{cache, cache_fraction, cache_bytes};
                     auto t = std::make_unique<PyTable>();
                     t->table.emplace(
-                        gphash::Table::create(pool, c, open_options(engine, placement, false, replace, threads, shards)));
+                        gphash::Table::create(pool, c, open_options(engine, placement, false, replace, threads, shards, ca)));
                     return t.release();
                   },
                   "pool"_a, "key_width"_a, "value_width"_a, "capacity"_a, "shape"_a, "hash_seed"_a.none(), "engine"_a,
-                  "placement"_a, "replace"_a, "threads"_a, "shards"_a, nb::rv_policy::take_ownership)
+                  "placement"_a, "replace"_a, "threads"_a, "shards"_a, "cache"_a, "cache_fraction"_a, "cache_bytes"_a,
+                  nb::rv_policy::take_ownership)
       .def_static("open",
                   [](const std::string& pool, const std::string& engine, const std::string& placement, bool read_only,
-                     int threads, const std::vector<int>& shards) {
+                     int threads, const std::vector<int>& shards, const std::string& cache, double cache_fraction,
+                     uint64_t cache_bytes) {
+                    const CacheArgs ca{cache, cache_fraction, cache_bytes};
                     auto t = std::make_unique<PyTable>();
                     t->table.emplace(
-                        gphash::Table::open(pool, open_options(engine, placement, read_only, false, threads, shards)));
+                        gphash::Table::open(pool, open_options(engine, placement, read_only, false, threads, shards, ca)));
                     return t.release();
                   },
-                  "pool"_a, "engine"_a, "placement"_a, "read_only"_a, "threads"_a, "shards"_a,
-                  nb::rv_policy::take_ownership)
+                  "pool"_a, "engine"_a, "placement"_a, "read_only"_a, "threads"_a, "shards"_a, "cache"_a,
+                  "cache_fraction"_a, "cache_bytes"_a, nb::rv_policy::take_ownership)
       .def("execute", &PyTable::execute, "op"_a, "keys"_a, "values"_a.none(), "values_out"_a.none(), "status"_a,
            "stream"_a)
       .def("info", &PyTable::info)

@@ -131,3 +131,45 @@ def test_gpu_batches_on_cuda_tensors(pool_name):
         assert (values.to(torch.int64) == keys * 7).all()
         t.last_event.wait()
         assert len(t) == 100000
+
+
+def test_cache_options_are_checked(pool_name):
+    for kwargs, field in [({"cache": "lfx"}, "cache"), ({"cache_fraction": 1.5}, "cache_fraction"),
+                          ({"cache_fraction": -0.1}, "cache_fraction")]:
+        with pytest.raises(gphash.Error) as e:
+            gphash.Table.create(pool_name, replace=True, **kwargs)
+        assert (e.value.code, e.value.field) == ("InvalidArgument", field), (kwargs, str(e.value))
+    # The CPU engine has no GPU memory to cache in: the options are accepted and hold nothing.
+    with gphash.Table.create(pool_name, replace=True, cache="lfu", cache_bytes=1 << 30) as t:
+        keys = np.arange(1, 1001, dtype=np.uint64)
+        t.upsert(keys, keys)
+        info = t.info()
+        assert info["cache_gpu_bytes"] == 0 and info["cache_lookups"] == 0 and info["cache_lines"] == 0
+    with gphash.Table.open(pool_name, cache="random", cache_fraction=1.0) as t:
+        assert len(t) == 1000
+
+
+def test_gpu_complete_cache_serves_every_hit(pool_name):
+    if not gphash.has_cuda:
+        pytest.skip("needs a CUDA build")
+    try:
+        t = gphash.Table.create(pool_name, key_width=8, value_width=32, capacity=200_000, engine="gpu",
+                                cache="lfu", cache_bytes=1 << 30, replace=True)
+    except gphash.Error as e:
+        if e.code == "NoGpu":
+            pytest.skip("no GPU")
+        raise
+    with t:
+        rng = np.random.default_rng(3)
+        keys = np.arange(1, 100_001, dtype=np.uint64)
+        values = rng.integers(0, 256, size=(len(keys), 32), dtype=np.uint8)
+        assert (t.upsert(keys, values) == gphash.OK).all()
+        for _ in range(4):  # the first batches fill the copy; the switch comes once it is done
+            t.search(keys)
+        before = t.info()
+        assert before["cache_phases"] == 1 and before["cache_lines"] * 8 == before["slots"]
+        out, status = t.search(keys)
+        assert (status == gphash.OK).all() and (out == values).all()
+        after = t.info()
+        assert after["cache_lookups"] - before["cache_lookups"] == len(keys)
+        assert after["cache_hits"] - before["cache_hits"] == len(keys)
