@@ -34,16 +34,15 @@ OpenOptions cached(CachePolicy policy, uint64_t reload) {
 
 struct Workload {
   uint32_t key_width, value_width;
-  std::vector<std::string> keys;  // the universe; the first 2% are hot
+  std::vector<std::string> keys;  // the universe; the first `hot` (default 2%) take 80% of operations
+  size_t hot;
   std::mt19937_64 rng{7};
 
-  Workload(uint32_t kw, uint32_t vw, size_t universe) : key_width(kw), value_width(vw), keys(universe) {
+  Workload(uint32_t kw, uint32_t vw, size_t universe, size_t hot_keys = 0)
+      : key_width(kw), value_width(vw), keys(universe), hot(hot_keys ? hot_keys : universe / 50) {
     for (auto& k : keys) k = random_bytes(rng, kw);
   }
-  const std::string& pick() {
-    const size_t hot = keys.size() / 50;
-    return rng() % 10 < 8 ? keys[rng() % hot] : keys[rng() % keys.size()];
-  }
+  const std::string& pick() { return rng() % 10 < 8 ? keys[rng() % hot] : keys[rng() % keys.size()]; }
 };
 
 // One mixed batch through `t`, every status and found value checked against `model`.
@@ -236,7 +235,9 @@ TEST(BucketCache, ACompleteCopyServesEveryHitAfterItsOnePhase) {
         ASSERT_TRUE(settled) << where;
         ASSERT_GE(rounds_settled, 15) << where;
         const TableInfo info = t.info();
-        if (grows) EXPECT_GT(info.resizes, 0u) << where;
+        if (grows) {
+          EXPECT_GT(info.resizes, 0u) << where;
+        }
         // At most one phase per table size, and none once settled.
         EXPECT_LE(info.cache_phases, info.resizes + 1) << where;
         EXPECT_EQ(info.cache_phases, since.cache_phases) << where;
@@ -244,6 +245,36 @@ TEST(BucketCache, ACompleteCopyServesEveryHitAfterItsOnePhase) {
         const uint64_t hits = info.cache_hits - since.cache_hits, lookups = info.cache_lookups - since.cache_lookups;
         EXPECT_GT(lookups, 0u) << where;
         EXPECT_EQ(hits, lookups) << where << ": " << hits << " of " << lookups;
+        ASSERT_NO_FATAL_FAILURE(expect_model(t, model, kw, 32));
+      }
+      OpenOptions cpu;
+      Table t = Table::open(pool.path(), cpu);
+      const CheckResult check = t.check();
+      EXPECT_TRUE(check.ok) << where << ": " << check.violation;
+      ASSERT_NO_FATAL_FAILURE(expect_model(t, model, kw, 32));
+    }
+}
+
+// Four keys take 80% of each batch: runs of ~1,600 operations, which long_run_kernel shares
+// among a block's warps, answered from cached lines and values (a complete cache, and sampled LFU
+// over half the buckets) while the writes go to the pool and then to the lines; against the
+// model, then checked and read by the CPU engine.
+TEST(BucketCache, LongRunsOfHotKeysMatchTheModel) {
+  REQUIRE_GPU();
+  for (const uint32_t kw : {8u, 32u})
+    for (const double fraction : {0.5, 1.0}) {
+      const std::string where = "key width " + std::to_string(kw) + ", fraction " + std::to_string(fraction);
+      TempPool pool("long-runs");
+      Workload w(kw, 32, 50'000, 4);
+      Model model;
+      {
+        OpenOptions o = cached(CachePolicy::kLfu, 8192);
+        o.cache.fraction = fraction;
+        Table t = Table::create(pool.path(), {kw, 32, {2, 2, 8}, 100'000u, 5}, o);
+        for (int round = 0; round < 24; ++round)
+          ASSERT_NO_FATAL_FAILURE(run_checked(t, model, w, 8192, round < 8 ? 8 : 1, where + " round " + std::to_string(round)));
+        const TableInfo info = t.info();
+        EXPECT_GT(info.cache_hits, info.cache_lookups / 2) << where;
         ASSERT_NO_FATAL_FAILURE(expect_model(t, model, kw, 32));
       }
       OpenOptions cpu;

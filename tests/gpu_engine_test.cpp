@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "engines/gpu/gpu_engine.h"
+#include "format/hash.h"
+#include "format/slot.h"
 #include "property_common.h"
 
 namespace gphash::testing {
@@ -515,6 +517,84 @@ TEST(GpuEngine, HotKeyBatchesMatchTheModel) {
     }
     cudaFree(dkeys), cudaFree(dvalues), cudaFree(dout), cudaFree(dops), cudaFree(dstatus);
   }
+}
+
+// Long runs (kLongRun operations or more: warp_ops.cuh) are shared by a block of long_run_kernel.
+// A run is a hash prefix, so two keys whose 32-bit prefixes collide share one; the block then
+// hands it to one warp, one operation at a time. Two such pairs (one colliding in the low half of
+// the hash, which GPU memory plans by, one in the high half, by which host-mapped batches are
+// ordered), each key ~1,500 times in a batch of mixed operations with other keys around them,
+// against the model, in both placements and with the batch in host and GPU memory.
+TEST(GpuEngine, LongRunsOfKeysThatShareAHashPrefixMatchTheModel) {
+  REQUIRE_GPU();
+  const uint64_t pool_seed = 0x5eed;
+  const uint64_t seed0 = format::hash_seed_for(pool_seed, 0);
+  // Two keys whose hashes agree in the bits `shift` selects (birthday search).
+  auto colliding_pair = [&](int shift) {
+    std::unordered_map<uint32_t, uint64_t> seen;
+    for (uint64_t k = 1;; ++k) {
+      const uint32_t prefix = static_cast<uint32_t>(format::xxh64_words<1>(&k, seed0) >> shift);
+      auto [it, inserted] = seen.emplace(prefix, k);
+      if (!inserted) return std::pair{it->second, k};
+    }
+  };
+  const auto [low_a, low_b] = colliding_pair(0);
+  const auto [high_a, high_b] = colliding_pair(32);
+  const uint64_t hot[] = {low_a, low_b, high_a, high_b};
+  for (Placement placement : {Placement::kGpuMemory, Placement::kHostMapped})
+    for (MemorySpace memory : {MemorySpace::kHost, MemorySpace::kDevice}) {
+      TempPool pool("shared-prefix");
+      TableConfig config{8, 8, {2, 2, 8}, 1 << 12, pool_seed};
+      Table t = Table::create(pool.path(), config, gpu(placement));
+      std::mt19937_64 rng(23);
+      Model model;
+      const size_t n = 8000;
+      for (int round = 0; round < 6; ++round) {
+        std::vector<uint64_t> keys(n);
+        std::vector<Op> ops(n);
+        std::string values = random_bytes(rng, n * 8), out(n * 8, '\0');
+        std::vector<OpStatus> status(n);
+        for (size_t i = 0; i < n; ++i) {
+          keys[i] = rng() % 4 ? hot[rng() % 4] : (uint64_t{1} << 40) + rng() % 500;
+          ops[i] = rng() % 3 ? Op::kSearch : static_cast<Op>(rng() % 5);
+        }
+        const bool device = memory == MemorySpace::kDevice;
+        void *dkeys = nullptr, *dops = nullptr, *dvalues = nullptr, *dout = nullptr, *dstatus = nullptr;
+        if (device) {
+          for (void** p : {&dkeys, &dvalues, &dout}) ASSERT_EQ(cudaMalloc(p, n * 8), cudaSuccess);
+          for (void** p : {&dops, &dstatus}) ASSERT_EQ(cudaMalloc(p, n), cudaSuccess);
+          cudaMemcpy(dkeys, keys.data(), n * 8, cudaMemcpyHostToDevice);
+          cudaMemcpy(dvalues, values.data(), n * 8, cudaMemcpyHostToDevice);
+          cudaMemcpy(dops, ops.data(), n, cudaMemcpyHostToDevice);
+        }
+        Batch b;
+        b.size = n;
+        b.key_width = 8;
+        b.value_width = 8;
+        b.memory = memory;
+        b.ops = device ? static_cast<const Op*>(dops) : ops.data();
+        b.keys = device ? dkeys : keys.data();
+        b.values = device ? dvalues : values.data();
+        b.values_out = device ? dout : out.data();
+        b.status = device ? static_cast<OpStatus*>(dstatus) : status.data();
+        t.execute(b);
+        if (device) {
+          cudaMemcpy(out.data(), dout, n * 8, cudaMemcpyDeviceToHost);
+          cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
+          for (void* p : {dkeys, dops, dvalues, dout, dstatus}) cudaFree(p);
+        }
+        for (size_t i = 0; i < n; ++i) {
+          std::string key(reinterpret_cast<const char*>(&keys[i]), 8), found;
+          ASSERT_EQ(status[i], model.apply(ops[i], key, values.substr(i * 8, 8), &found)) << "round " << round << " " << i;
+          if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
+            ASSERT_EQ(out.substr(i * 8, 8), found) << "value differs at " << i << " in round " << round;
+          }
+        }
+        ASSERT_EQ(t.size(), model.size());
+      }
+      const CheckResult check = t.check();
+      EXPECT_TRUE(check.ok) << check.violation;
+    }
 }
 
 // A GPU-memory table filled without resizing to 0.95: the inserts whose candidates are all full

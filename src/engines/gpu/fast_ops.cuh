@@ -471,6 +471,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   uint32_t serial_lanes = __ballot_sync(kFullMask, serial);
   if constexpr (kInlineSerial) {
     WarpOps<A, T> ops{t, ctx, bv, lane, delta};
+    ops.defer_long_runs = true;
     while (serial_lanes) {
       const int leader = __ffs(serial_lanes) - 1;
       serial_lanes &= serial_lanes - 1;
@@ -504,6 +505,7 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
   if (runs == 0) return;
   long long delta = 0;
   WarpOps<A, T> ops{t, ctx, bv, lane, delta};
+  ops.defer_long_runs = true;
   for (;;) {
     unsigned long long k = 0;
     if (lane == 0) k = atomicAdd(&ctx.counters->serial_taken, 1ull);
@@ -513,6 +515,76 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
     size_t resume = begin;
     const RunResult r = ops.run(begin, run_end(bv, begin, lane), SlowPathFlags{}, &resume);
     if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
+  }
+  if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
+}
+
+// The long-run pass: the runs of kLongRun operations or more that the batch and serial passes
+// listed (Zipf-hot keys'), each shared by a block, in stream order after them. Every warp takes a
+// span of whole rounds of the run and composes its operations' transitions; warp 0 meanwhile
+// probes the key. After one barrier each warp has the key's state before its span (the state
+// before the run through the spans before it) and answers its span; after another, warp 0 makes
+// the run's one write, as WarpOps::group does (a failure hands the run to the slow path, whose
+// rerun walks it with one warp and answers every operation again). A run whose prefix two keys
+// share, or of a reserved key, is walked by warp 0 as WarpOps::run walks it.
+inline constexpr int kLongRunWarps = 16;
+
+// One block an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled
+// 650 bytes).
+template <Access A, class T>
+__global__ void __launch_bounds__(kLongRunWarps * 32, 1) long_run_kernel(const __grid_constant__ T t,
+                                                                      const __grid_constant__ BatchContext ctx,
+                                                                      const __grid_constant__ BatchView bv) {
+  const unsigned long long runs = *reinterpret_cast<volatile unsigned long long*>(&ctx.counters->long_runs);
+  if (runs == 0) return;
+  __shared__ unsigned long long taken;
+  __shared__ Transition totals[kLongRunWarps];
+  __shared__ bool present;
+  __shared__ uint64_t stored;
+  __shared__ const std::byte* cached_value;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  long long delta = 0;
+  WarpOps<A, T> ops{t, ctx, bv, lane, delta};
+  for (;;) {
+    if (threadIdx.x == 0) taken = atomicAdd(&ctx.counters->long_taken, 1ull);
+    __syncthreads();
+    const unsigned long long k = taken;
+    if (k >= runs) break;
+    const size_t begin = bv.long_runs[k], end = run_end(bv, begin, lane);
+    KeyProbe<T> p;
+    make_probe(t, bv.keys + size_t{bv.op_index(begin)} * T::kKeyWords, p);
+    const size_t rounds_per_warp = ((end - begin + 31) / 32 + kLongRunWarps - 1) / kLongRunWarps;
+    const size_t span_begin = begin + warp * rounds_per_warp * 32;
+    const size_t from = span_begin < end ? span_begin : end;
+    const size_t to = from + rounds_per_warp * 32 < end ? from + rounds_per_warp * 32 : end;
+    typename WarpOps<A, T>::RunStart start{};
+    if (warp == 0 && !WarpOps<A, T>::reserved(p)) {
+      start = ops.start_run(p, end - begin);
+      if (lane == 0) present = start.present, stored = start.stored, cached_value = start.cached_value;
+    }
+    bool differs = false;
+    const Transition span = ops.span_transition(begin, from, to, p, &differs);
+    if (lane == 0) totals[warp] = span;
+    if (__syncthreads_or(differs) || WarpOps<A, T>::reserved(p)) {
+      if (warp == 0) {
+        size_t resume = begin;
+        const RunResult r = ops.run(begin, end, SlowPathFlags{}, &resume);
+        if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
+      }
+      __syncthreads();  // `taken` is read by every thread before thread 0 takes the next run
+      continue;
+    }
+    KeyState carry{present, kFromTable};
+    for (int w = 0; w < warp; ++w) carry = apply(totals[w], carry);
+    ops.answer_span(begin, from, to, carry, stored, cached_value, p.hash[0]);
+    __syncthreads();  // every answer is written before warp 0's write (its fallback may answer again)
+    if (warp == 0) {
+      KeyState final_state{start.present, kFromTable};
+      for (int w = 0; w < kLongRunWarps; ++w) final_state = apply(totals[w], final_state);
+      const RunResult r = ops.finish_run(p, start, final_state, begin, end, SlowPathFlags{});
+      if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, begin, r);
+    }
+    __syncthreads();  // shared state is read by every warp before the next run overwrites it
   }
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }

@@ -645,6 +645,8 @@ class GpuEngine final : public Engine {
     bv.pending = pending_[0].get();
     // The serial pass's list borrows the slow path's second buffer: the slow path starts after it.
     bv.serial = pending_[1].get();
+    long_runs_.reserve(n / kLongRun + 1);
+    bv.long_runs = long_runs_.get();
     return bv;
   }
 
@@ -1070,16 +1072,18 @@ class GpuEngine final : public Engine {
       case GpuKernels::kWarp:
         if (inline_serial) {  // host-mapped batches but small planned ones (batch_kernel, launch_parallel_pass say why)
           batch_kernel<Access::kMirror, T, true><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
-          break;
+        } else {
+          batch_kernel<Access::kMirror, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
+          GPHASH_CUDA(cudaGetLastError());
+          serial_kernel<Access::kMirror><<<grid_of(serial_kernel<Access::kMirror, T>, kBlock, serial_blocks_), kBlock, 0, stream>>>(dt_, ctx_, bv);
         }
-        batch_kernel<Access::kMirror, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
-        GPHASH_CUDA(cudaGetLastError());
-        serial_kernel<Access::kMirror><<<serial_grid<Access::kMirror>(), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        launch_long_runs<Access::kMirror>(bv, stream);
         break;
       case GpuKernels::kWarpDirect:  // a comparison kernel: one variant
         batch_kernel<Access::kDirect, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         GPHASH_CUDA(cudaGetLastError());
-        serial_kernel<Access::kDirect><<<serial_grid<Access::kDirect>(), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        serial_kernel<Access::kDirect><<<grid_of(serial_kernel<Access::kDirect, T>, kBlock, serial_blocks_), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        launch_long_runs<Access::kDirect>(bv, stream);
         break;
       case GpuKernels::kThread:
         thread_batch_kernel<<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
@@ -1088,18 +1092,28 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaGetLastError());
   }
 
-  // serial_kernel's grid: as many blocks as the GPU holds at once (its warps take runs until none
-  // are left; with none it ends at once).
+  // long_run_kernel, where a batch may hold a run of kLongRun operations (it ends at once if none
+  // was listed).
   template <Access A>
-  unsigned serial_grid() {
-    if (!serial_blocks_) {
+  void launch_long_runs(const BatchView& bv, cudaStream_t stream) {
+    if (!bv.sort_keys || bv.n < kLongRun) return;
+    GPHASH_CUDA(cudaGetLastError());  // the pass before it
+    constexpr int block = kLongRunWarps * 32;
+    long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, stream>>>(dt_, ctx_, bv);
+  }
+
+  // The grid of a kernel whose blocks take work from a shared counter until none is left: as many
+  // blocks as the GPU holds at once (computed once, into `blocks`).
+  template <class Kernel>
+  unsigned grid_of(Kernel kernel, int block, unsigned& blocks) {
+    if (!blocks) {
       int device = 0, sms = 0, per_sm = 0;
       GPHASH_CUDA(cudaGetDevice(&device));
       GPHASH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      GPHASH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, serial_kernel<A, T>, kBlock, 0));
-      serial_blocks_ = static_cast<unsigned>(sms) * static_cast<unsigned>(std::max(per_sm, 1));
+      GPHASH_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0));
+      blocks = static_cast<unsigned>(sms) * static_cast<unsigned>(std::max(per_sm, 1));
     }
-    return serial_blocks_;
+    return blocks;
   }
 
   // Finishes the runs the parallel pass handed over, on the engine's own stream. Few runs without
@@ -1476,7 +1490,7 @@ class GpuEngine final : public Engine {
   DeviceBuffer<uint64_t> keys_;
   DeviceBuffer<std::byte> values_, out_, sort_temp_;
   DeviceBuffer<uint8_t> ops_, status_;
-  DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
+  DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2], long_runs_;
   DeviceBuffer<uint32_t> plan_writes_{1};  // plan(): whether a batch in GPU memory writes
   PinnedBuffer<uint32_t> host_plan_writes_;  // ... read by the host after a check
   DeviceBuffer<uint64_t> repeat_scratch_;  // check_for_repeats: the exact set of hashes, then the bitmaps
@@ -1490,7 +1504,7 @@ class GpuEngine final : public Engine {
   }();
   std::vector<uint32_t> seen_on_host_;                 // may_repeat_a_key
   const uint64_t repeat_seed_ = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  unsigned serial_blocks_ = 0;              // serial_grid()
+  unsigned serial_blocks_ = 0, long_run_blocks_ = 0;  // grid_of()
 #if GPHASH_CRASH_POINTS
   DeviceBuffer<CrashCountdown> countdown_;
 #endif

@@ -9,15 +9,29 @@ namespace gphash::engine::gpu {
 inline constexpr uint64_t kPendingCount = ~0ull;
 
 // End of the run starting at sorted position `begin`: the first position with another prefix.
+// The prefixes ascend, so the warp searches 32 positions at a time with a stride that grows 32x
+// until a lane passes the run, then shrinks back to 1: a run of 56,000 takes 7 rounds, not 1,750.
 __device__ inline size_t run_end(const BatchView& bv, size_t begin, int lane) {
   if (!bv.sort_keys) return begin + 1;
   const uint32_t key = bv.sort_keys[begin];
   if (begin + 1 >= bv.n || bv.sort_keys[begin + 1] != key) return begin + 1;
-  for (size_t base = begin + 1;; base += 32) {
-    const size_t pos = base + lane;
-    const uint32_t differs = __ballot_sync(kFullMask, pos >= bv.n || bv.sort_keys[pos] != key);
-    if (differs) return base + __ffs(differs) - 1;
+  const auto past = [&](size_t pos) { return pos >= bv.n || bv.sort_keys[pos] != key; };
+  size_t in_run = begin + 1, stride = 1;  // in_run + stride * 32 is past the run once a lane sees it
+  for (;;) {
+    const uint32_t m = __ballot_sync(kFullMask, past(in_run + (lane + 1) * stride));
+    if (m) {
+      in_run += (__ffs(m) - 1) * stride;  // in the run; in_run + stride is past it
+      break;
+    }
+    in_run += 32 * stride;
+    stride *= 32;
   }
+  while (stride > 1) {
+    stride /= 32;
+    const uint32_t m = __ballot_sync(kFullMask, past(in_run + (lane + 1) * stride));
+    in_run += (__ffs(m) - 1) * stride;
+  }
+  return in_run + 1;
 }
 
 __device__ inline void hand_to_slow_path(const BatchContext& ctx, const BatchView& bv, size_t resume, RunResult why) {

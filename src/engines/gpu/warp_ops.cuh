@@ -18,6 +18,13 @@ enum class Access { kMirror, kDirect };
 
 enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
 
+// Runs of at least this many operations (a Zipf-hot key's: ~56,000 of a 2^20 YCSB batch) are
+// left by the batch and serial passes to long_run_kernel, where a block shares each one. A warp
+// walking one alone bounded the whole batch: H200, host-mapped, complete cache, Zipf 0.99, 2^20
+// (bench/results/2026-11-30-long-runs): B 233 -> 490 M ops/s of device time (4.5 -> 2.2 ms a
+// batch), A 145-158 -> 225-249; in GPU memory, 8-byte keys, B 295 -> 1,018 and A 279 -> 1,052.
+inline constexpr size_t kLongRun = 512;
+
 // What the slow path allows (it runs between the batch's parallel passes: one warp alone, or in
 // GPU memory first a warp per run; GpuEngine::slow_path).
 struct SlowPathFlags {
@@ -39,6 +46,7 @@ struct BatchView {
   const uint32_t* sort_keys;  // sorted hash prefixes marking runs, or null (every op alone)
   uint32_t* pending;          // positions handed to the slow path
   uint32_t* serial;           // positions the batch kernel leaves to the serial pass
+  uint32_t* long_runs;        // first positions of runs left to long_run_kernel (kLongRun or more)
   uint32_t value_width;
 
   __device__ uint32_t op_index(size_t pos) const { return perm ? perm[pos] : static_cast<uint32_t>(pos); }
@@ -364,6 +372,7 @@ struct WarpOps {
   const BatchView& bv;
   int lane;
   long long& item_delta;  // kept by lane 0
+  bool defer_long_runs = false;  // run(): list runs of kLongRun or more for long_run_kernel
 
   __device__ static bool reserved(const KeyProbe<T>& p) {
     if constexpr (T::Layout::kKeyIsState) return format::is_reserved_key(p.key[0]);
@@ -628,28 +637,34 @@ struct WarpOps {
     return result;
   }
 
-  // All operations of one key, positions [begin, end) of the plan: one probe, a scan over the
-  // composed transitions, one final write.
-  __device__ RunResult group(const KeyProbe<T>& p, size_t begin, size_t end, const SlowPathFlags& flags) {
-    if (end - begin == 1) return single(p, bv.op_index(begin), flags);
-    if (reserved(p)) {
-      for (size_t pos = begin + lane; pos < end; pos += 32) {
-        const uint32_t i = bv.op_index(pos);
-        bv.status[i] = static_cast<uint8_t>(is_valid_op(bv.op(i)) ? OpStatus::kReservedKey : OpStatus::kInvalidOp);
-      }
-      return RunResult::kDone;
-    }
-    LaneSlot<T> ls = lane_slot(t, p, lane);
-    WarpProbe r = warp_probe<A>(t, p, ls, lane);
-    if (__popc(r.found) > 1) remove_duplicates(r, ls, p);
-    const bool present = r.found != 0;
-    const uint64_t stored = present ? value_word_at(r, ls) : 0;
-    const std::byte* cached_value = present ? cached_value_at(r, ls, stored) : nullptr;
-    if (present) note_run(r, ls, end - begin);
-    KeyState carry{present, kFromTable};
-    for (size_t base = begin; base < end; base += 32) {
+  // The key's state before the batch, from one probe by the warp.
+  struct RunStart {
+    LaneSlot<T> ls;
+    WarpProbe r;
+    bool present;
+    uint64_t stored;                  // its value word
+    const std::byte* cached_value;    // its value's BktCache copy, or null
+  };
+  __device__ RunStart start_run(const KeyProbe<T>& p, size_t operations) {
+    RunStart s;
+    s.ls = lane_slot(t, p, lane);
+    s.r = warp_probe<A>(t, p, s.ls, lane);
+    if (__popc(s.r.found) > 1) remove_duplicates(s.r, s.ls, p);
+    s.present = s.r.found != 0;
+    s.stored = s.present ? value_word_at(s.r, s.ls) : 0;
+    s.cached_value = s.present ? cached_value_at(s.r, s.ls, s.stored) : nullptr;
+    if (s.present) note_run(s.r, s.ls, operations);
+    return s;
+  }
+
+  // Answers positions [from, to) of the run that starts at `begin`, the key in state `carry`
+  // before `from`: a scan over the composed transitions, 32 positions at a time. Returns the
+  // state after `to`.
+  __device__ KeyState answer_span(size_t begin, size_t from, size_t to, KeyState carry, uint64_t stored,
+                                  const std::byte* cached_value, uint64_t hash0) {
+    for (size_t base = from; base < to; base += 32) {
       const size_t pos = base + lane;
-      const bool active = pos < end;
+      const bool active = pos < to;
       const uint32_t i = active ? bv.op_index(pos) : 0;
       const Op op = active ? bv.op(i) : Op::kSearch;
       Transition inclusive = active ? transition_of(op, uint32_t(pos - begin)) : kIdentity;
@@ -661,22 +676,80 @@ struct WarpOps {
       Transition exclusive = __shfl_up_sync(kFullMask, inclusive, 1);
       if (lane == 0) exclusive = kIdentity;
       const KeyState s = apply(exclusive, carry);
-      if (active) answer_in_run(t, bv, i, op, s, begin, stored, cached_value, p.hash[0]);
+      if (active) answer_in_run(t, bv, i, op, s, begin, stored, cached_value, hash0);
       carry = apply(__shfl_sync(kFullMask, inclusive, 31), carry);
     }
-    __syncwarp();
-    // The final state decides the one write.
-    if (present && !carry.present) {
-      erase(r, ls, p);
-    } else if (present && carry.present && carry.source != kFromTable) {
-      RunResult res = write_value(r, ls, bv.value(bv.op_index(begin + carry.source)), p.hash[0]);
+    return carry;
+  }
+
+  // The composed transition of positions [from, to) of the run that starts at `begin` (all lanes
+  // get it), and in *differs whether a key there is not p's. Four rounds' loads at a time: the
+  // walk waits for memory once per four rounds (long_run_kernel only, so its registers cost no
+  // other kernel occupancy).
+  __device__ Transition span_transition(size_t begin, size_t from, size_t to, const KeyProbe<T>& p, bool* differs) {
+    constexpr int kRounds = 4;
+    Transition total = kIdentity;
+    bool other = false;
+    for (size_t base = from; base < to; base += 32 * kRounds) {
+      Transition x[kRounds];
+#pragma unroll
+      for (int u = 0; u < kRounds; ++u) {
+        const size_t pos = base + u * 32 + lane;
+        x[u] = kIdentity;
+        if (pos < to) {
+          const uint32_t i = bv.op_index(pos);
+          const uint64_t* k = bv.keys + size_t{i} * T::kKeyWords;
+#pragma unroll
+          for (int w = 0; w < T::kKeyWords; ++w) other |= k[w] != p.key[w];
+          x[u] = transition_of(bv.op(i), uint32_t(pos - begin));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kRounds; ++u) {
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const Transition before = __shfl_up_sync(kFullMask, x[u], o);
+          if (lane >= o) x[u] = compose(before, x[u]);
+        }
+        total = compose(total, __shfl_sync(kFullMask, x[u], 31));
+      }
+    }
+    *differs = __any_sync(kFullMask, other);
+    return total;
+  }
+
+  // The run's one write, decided by the key's final state. On failure nothing of the run was
+  // applied (see fallback).
+  __device__ RunResult finish_run(const KeyProbe<T>& p, RunStart& s, KeyState final_state, size_t begin, size_t end,
+                                  const SlowPathFlags& flags) {
+    if (s.present && !final_state.present) {
+      erase(s.r, s.ls, p);
+    } else if (s.present && final_state.present && final_state.source != kFromTable) {
+      RunResult res = write_value(s.r, s.ls, bv.value(bv.op_index(begin + final_state.source)), p.hash[0]);
       if (res != RunResult::kDone) return fallback(begin, end, flags, res);
-    } else if (!present && carry.present) {
+    } else if (!s.present && final_state.present) {
       bool failed_full = false;
-      RunResult res = insert_new(p, ls, r, bv.op_index(begin + carry.source), flags, &failed_full);
+      RunResult res = insert_new(p, s.ls, s.r, bv.op_index(begin + final_state.source), flags, &failed_full);
       if (res != RunResult::kDone || failed_full) return fallback(begin, end, flags, failed_full ? RunResult::kNeedSlot : res);
     }
     return RunResult::kDone;
+  }
+
+  // All operations of one key, positions [begin, end) of the plan: one probe, a scan over the
+  // composed transitions, one final write.
+  __device__ RunResult group(const KeyProbe<T>& p, size_t begin, size_t end, const SlowPathFlags& flags) {
+    if (end - begin == 1) return single(p, bv.op_index(begin), flags);
+    if (reserved(p)) {
+      for (size_t pos = begin + lane; pos < end; pos += 32) {
+        const uint32_t i = bv.op_index(pos);
+        bv.status[i] = static_cast<uint8_t>(is_valid_op(bv.op(i)) ? OpStatus::kReservedKey : OpStatus::kInvalidOp);
+      }
+      return RunResult::kDone;
+    }
+    RunStart s = start_run(p, end - begin);
+    const KeyState final_state = answer_span(begin, begin, end, KeyState{s.present, kFromTable}, s.stored, s.cached_value, p.hash[0]);
+    __syncwarp();
+    return finish_run(p, s, final_state, begin, end, flags);
   }
 
   // A combined write that cannot complete: nothing of the run was applied. With the resource
@@ -697,6 +770,10 @@ struct WarpOps {
   // the prefix, they are handled one operation at a time (order within each key is kept).
   // Returns kDone, or the reason and (in *resume) the position the slow path continues at.
   __device__ RunResult run(size_t begin, size_t end, const SlowPathFlags& flags, size_t* resume) {
+    if (defer_long_runs && end - begin >= kLongRun) {
+      if (lane == 0) bv.long_runs[atomicAdd(&ctx.counters->long_runs, 1ull)] = static_cast<uint32_t>(begin);
+      return RunResult::kDone;
+    }
     KeyProbe<T> p;
     make_probe(t, bv.keys + size_t{bv.op_index(begin)} * T::kKeyWords, p);
     bool uniform = true;
