@@ -378,10 +378,15 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     word = allocate_cells_warp(t, ctx, __ballot_sync(kFullMask, writes_new || writes_value), lane);
     if ((writes_new || writes_value) && word == kNoCell) defer = true;
     const bool fills = (writes_new || writes_value) && word != kNoCell;
-    warp_copy_lanes(__ballot_sync(kFullMask, fills), fills ? bv.value(i) : nullptr, fills ? t.cell(word) : nullptr,
-                    bv.value_width, lane, &t.writes);
+    const uint32_t filling = __ballot_sync(kFullMask, fills);
+    warp_copy_lanes(filling, fills ? bv.value(i) : nullptr, fills ? t.cell(word) : nullptr, bv.value_width, lane, &t.writes);
     if (fills && t.value_checksums) t.writes.store(t.cell_checksum(word), t.checksum_of(bv.value(i), mine.hash[0]));
-    t.writes.barrier();
+    // Fences only in warps that wrote: in YCSB A at 2^16 (host-mapped, complete cache) 39% of
+    // batch_kernel's stalls were fences (H200, ncu), most warps of B ran three without a write,
+    // and a fence costs a warp a round trip whatever it wrote. With the two below: B at 2^16
+    // 181 -> 219 M ops/s of device time, A 70 -> 75, B at 2^20 490 -> 537 (two calls apart,
+    // bench/results/2026-11-30-long-runs).
+    if (filling) t.writes.barrier();
   }
   // Claims and new slots. With the mirror, an insert that finds its target slot taken by another
   // warp takes the next free slot of the same mirror word, if any, instead of deferring.
@@ -424,11 +429,14 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     if (t.has_heap) t.writes.cache.put_value(fb, f_slot, word, bv.value(i), bv.value_width);
   }
   if (erases) t.writes.store(T::state_word(fb, f_slot), format::kSlotEmpty);
-  t.writes.publish_barrier(A == Access::kMirror);
+  // Key and value words before the state word that publishes them: only a warp that claimed.
+  if (__any_sync(kFullMask, claimed)) t.writes.publish_barrier(A == Access::kMirror);
   if (claimed) t.writes.store(T::state_word(tb, t_slot), mine.published);
+  // The durability point of a pool's commit writes (DESIGN.md section 3), in a warp that made any.
   // In GPU memory a fence after the publish orders it before what hands a slot to other warps: an
   // erase's tag clear, or a tag written after the publish.
-  if (t.writes.persistent || erases || (claimed && A == Access::kMirror && !kTagAtClaim)) t.writes.barrier();
+  const bool committed = __any_sync(kFullMask, claimed || (writes_value && !defer) || erases);
+  if ((t.writes.persistent && committed) || erases || (claimed && A == Access::kMirror && !kTagAtClaim)) t.writes.barrier();
   if constexpr (A == Access::kMirror) {
     if (claimed && !kTagAtClaim) {
       unsigned shift;

@@ -446,14 +446,16 @@ struct WarpOps {
     return cell;
   }
 
-  // Out-of-place update of the preferred copy: the new value is persistent before one 8-byte
-  // write of the value word switches to it (the plan makes this warp the key's only writer).
-  __device__ RunResult write_value(const WarpProbe& r, const LaneSlot<T>& ls, const std::byte* src, uint64_t hash0) {
+  // Out-of-place update of the preferred copy, whose value word is `old` (value_word_at): the new
+  // value is persistent before one 8-byte write of the value word switches to it (the plan makes
+  // this warp the key's only writer, so `old` is still current; reading it again from a host-mapped
+  // pool would cost a PCIe round trip).
+  __device__ RunResult write_value(const WarpProbe& r, const LaneSlot<T>& ls, uint64_t old, const std::byte* src,
+                                   uint64_t hash0) {
     const uint64_t word = new_value_word(src, hash0);
     if (t.has_heap && word == kNoCell) return RunResult::kNeedCell;
     if (lane == r.valid) {
       uint64_t* vw = T::value_word(t.bucket(ls.level, ls.bucket), ls.slot);
-      const uint64_t old = load_volatile(vw);
       t.writes.store(vw, word);
       t.writes.barrier();
       if (t.has_heap) release_cell(ctx, old);
@@ -624,7 +626,7 @@ struct WarpOps {
       const uint64_t vw = value_word_at(r, ls);
       if (!copy_stored_value(vw, cached_value_at(r, ls, vw), bv.out(i), p.hash[0])) status = OpStatus::kCorruptValue;
     } else if (present && (op == Op::kUpsert || op == Op::kUpdate)) {
-      result = write_value(r, ls, bv.value(i), p.hash[0]);
+      result = write_value(r, ls, value_word_at(r, ls), bv.value(i), p.hash[0]);
       if (result == RunResult::kNeedCell && flags.heap_exhausted) result = RunResult::kDone, status = OpStatus::kHeapFull;
     } else if (present && op == Op::kErase) {
       erase(r, ls, p);
@@ -725,7 +727,7 @@ struct WarpOps {
     if (s.present && !final_state.present) {
       erase(s.r, s.ls, p);
     } else if (s.present && final_state.present && final_state.source != kFromTable) {
-      RunResult res = write_value(s.r, s.ls, bv.value(bv.op_index(begin + final_state.source)), p.hash[0]);
+      RunResult res = write_value(s.r, s.ls, s.stored, bv.value(bv.op_index(begin + final_state.source)), p.hash[0]);
       if (res != RunResult::kDone) return fallback(begin, end, flags, res);
     } else if (!s.present && final_state.present) {
       bool failed_full = false;
