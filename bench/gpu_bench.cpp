@@ -14,6 +14,7 @@
 //   small     wall time of one small batch from host memory (a server round), by size (opt in)
 //   gpu-batches  YCSB and micro workloads whose batches start and end in GPU memory, run by the GPU
 //             engine in place or by the CPU engine with keys and results crossing PCIe (opt in)
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -600,6 +601,7 @@ struct GpuBatchesSpec {
   double cache_fraction = 0.2, theta = 0.99;
   uint64_t records = 0, operations = 0, capacity = 0, cache_reload = 0;  // cache_reload 0: the default
   uint64_t reserve_pool_bytes = 0, cache_bytes = 0;
+  int profile_workload = -1;  // the workload (0-based, in --workloads) run between cudaProfilerStart and Stop
   size_t batch = 0;
   uint32_t key_width = 8, value_width = 8;
   std::string workloads = "load,search,negative-search,update,a,b,c,f,delete";
@@ -664,7 +666,10 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
     executor.index_seconds = 0;
     executor.staging_in_bytes = executor.staging_out_bytes = 0;
     pcie.start();
+    const bool profiled = static_cast<int>(rows.size()) == g.profile_workload;
+    if (profiled) check(cudaProfilerStart(), "cudaProfilerStart");
     const cli::RunResult r = cli::run_workload(t, spec, ro);
+    if (profiled) check(cudaProfilerStop(), "cudaProfilerStop");
     double tx = 0, rx = 0;
     const bool counted = pcie.stop(&tx, &rx);
     records_now = t.size();
@@ -816,6 +821,8 @@ int main(int argc, char** argv) {
   g->add_option("--operations", gb.operations, "operations per workload (0 = records)");
   g->add_option("--capacity", gb.capacity, "items before the first resize (0 = records / 16)");
   g->add_option("--reserve-pool-bytes", gb.reserve_pool_bytes, "file space the pool gets at creation (0 = none)");
+  g->add_option("--profile-workload", gb.profile_workload,
+                "profile only this workload (0-based index in --workloads): ncu --profile-from-start off");
   app.add_option("--cache-value-widths", cache_values)->capture_default_str();
   app.add_option("--cache-batches", cache_batches)->capture_default_str();
   app.add_option("--small-sizes", small_sizes)->capture_default_str();
