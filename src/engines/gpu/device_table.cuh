@@ -148,7 +148,7 @@ struct PoolWrites {
 
 // Counters a batch accumulates on the device; read back once per batch.
 struct BatchCounters {
-  unsigned long long cells_taken;   // from the free-cell stack
+  unsigned long long cells_taken;   // from the reserve of free cells
   unsigned long long fresh_next;    // next never-used cell
   unsigned long long cells_freed;   // appended to the freed list
   long long item_delta;
@@ -177,7 +177,7 @@ struct ScanCounters {
 // One batch's state: its counters and the value heap's free cells.
 struct BatchContext {
   BatchCounters* counters;
-  const uint64_t* free_cells;  // stack of free cells at batch start, [0, free_count)
+  const uint64_t* free_cells;  // the reserve of free cells at batch start, [0, free_count), taken from the top
   uint64_t free_count;
   uint64_t* freed;             // cells released during this batch
   uint64_t freed_capacity;

@@ -15,7 +15,7 @@
 
 namespace gphash::engine::gpu {
 
-// Cells for the lanes in `need`, one atomic per warp: from the free-cell stack first, then
+// Cells for the lanes in `need`, one atomic per warp: from the reserve of free cells first, then
 // never-used cells; kNoCell when the heap is exhausted.
 template <class T>
 __device__ uint64_t allocate_cells_warp(const T& t, const BatchContext& ctx, uint32_t need, int lane) {

@@ -515,13 +515,14 @@ class GpuEngine final : public Engine {
     items_ = host_scan_.get()->items;
     if (!dt_.has_heap) return;
     const uint64_t highest = host_scan_.get()->highest_cell;
-    free_cells_.reserve(highest + 1024);
+    waiting_cells_.reserve(highest + 1024);
     if (highest)
-      collect_free_cells_kernel<<<blocks_for(highest), kBlock, 0, slow_stream_>>>(bits.get(), highest, free_cells_.get(),
+      collect_free_cells_kernel<<<blocks_for(highest), kBlock, 0, slow_stream_>>>(bits.get(), highest, waiting_cells_.get(),
                                                                                  &scan_.get()->found);
     GPHASH_CUDA(cudaGetLastError());
     read_scan();
-    free_count_ = host_scan_.get()->found;
+    free_count_ = 0;  // the holes wait to join the reserve, sorted, when the cells above them run short
+    waiting_count_ = host_scan_.get()->found;
     fresh_next_ = highest;
   }
 
@@ -912,7 +913,7 @@ class GpuEngine final : public Engine {
   }
 
   // The completion thread: once a batch is done, adds its item delta and returns its freed cells
-  // to the free stack. (It makes no allocation: those happen before a batch is enqueued.)
+  // to the free cells. (It makes no allocation: those happen before a batch is enqueued.)
   void complete_jobs() {
     for (;;) {
       std::shared_ptr<GpuCompletion> job;
@@ -986,7 +987,8 @@ class GpuEngine final : public Engine {
     if (dt_.has_heap) {
       const uint64_t freed_capacity = 2 * n + 1024;
       freed_.reserve(freed_capacity);
-      ensure_free_stack(free_count_ + freed_capacity, stream);
+      if (free_count_ + never_used_cells() < n) refill_reserve(stream);
+      keep_cells(waiting_cells_, waiting_count_, waiting_count_ + freed_capacity, stream);
       ctx_.free_cells = free_cells_.get();
       ctx_.free_count = free_count_;
       ctx_.freed = freed_.get();
@@ -1361,22 +1363,48 @@ class GpuEngine final : public Engine {
     stats_.heap_grow_seconds += seconds_since(t0);
   }
 
-  void ensure_free_stack(uint64_t capacity, cudaStream_t stream) {
-    if (capacity <= free_cells_.size()) return;
-    DeviceBuffer<uint64_t> bigger(std::max<uint64_t>(capacity, 2 * free_cells_.size()));
-    if (free_count_)
-      GPHASH_CUDA(cudaMemcpyAsync(bigger.get(), free_cells_.get(), free_count_ * 8, cudaMemcpyDeviceToDevice, stream));
-    GPHASH_CUDA(cudaStreamSynchronize(stream));  // the old stack is freed on return
-    free_cells_ = std::move(bigger);
+  // Room for `capacity` cells in `buffer`, keeping its first `used`.
+  static void keep_cells(DeviceBuffer<uint64_t>& buffer, uint64_t used, uint64_t capacity, cudaStream_t stream) {
+    if (capacity <= buffer.size()) return;
+    DeviceBuffer<uint64_t> bigger(std::max<uint64_t>(capacity, 2 * buffer.size()));
+    if (used) GPHASH_CUDA(cudaMemcpyAsync(bigger.get(), buffer.get(), used * 8, cudaMemcpyDeviceToDevice, stream));
+    GPHASH_CUDA(cudaStreamSynchronize(stream));  // the old buffer is freed on return
+    buffer = std::move(bigger);
   }
 
   // Free cells, on the host's count (current after settle_heap).
-  uint64_t available_cells() const {
-    return free_count_ + (dt_.heap.capacity - std::min(fresh_next_, dt_.heap.capacity));
+  uint64_t never_used_cells() const { return dt_.heap.capacity - std::min(fresh_next_, dt_.heap.capacity); }
+  uint64_t available_cells() const { return free_count_ + waiting_count_ + never_used_cells(); }
+
+  // The freed cells that waited (waiting_cells_) join the reserve, sorted by address, below what is
+  // left of it (taken first). Kernels take cells from the reserve's top, then never-used ones in
+  // order. Why freed cells wait: a host-mapped heap's cells are host pages the GPU must translate,
+  // and cells taken in the order they were freed (the old values of random keys) cost a translation
+  // each; gathered until the reserve and the never-used cells could fall short, they are many, and
+  // consecutive new values share pages (README, "Freed cells come back in address order").
+  void refill_reserve(cudaStream_t stream) {
+    if (!waiting_count_) return;
+    const uint64_t p = waiting_count_, r = free_count_;
+    keep_cells(waiting_cells_, p, p + r, stream);
+    keep_cells(free_cells_, r, p + r, stream);
+    // The reserve's rest moves behind the waiting cells while free_cells_ serves as a sort buffer.
+    if (r) GPHASH_CUDA(cudaMemcpyAsync(waiting_cells_.get() + p, free_cells_.get(), r * 8, cudaMemcpyDeviceToDevice, stream));
+    cub::DoubleBuffer<uint64_t> cells(waiting_cells_.get(), free_cells_.get());
+    const int bits = std::bit_width(dt_.heap.capacity);
+    size_t temp = 0;
+    GPHASH_CUDA(cub::DeviceRadixSort::SortKeysDescending(nullptr, temp, cells, p, 0, bits, stream));
+    sort_temp_.reserve(temp);
+    GPHASH_CUDA(cub::DeviceRadixSort::SortKeysDescending(sort_temp_.get(), temp, cells, p, 0, bits, stream));
+    if (cells.Current() == waiting_cells_.get())  // descending: the top, taken first, is the lowest cell
+      GPHASH_CUDA(cudaMemcpyAsync(free_cells_.get(), waiting_cells_.get(), (p + r) * 8, cudaMemcpyDeviceToDevice, stream));
+    else if (r)
+      GPHASH_CUDA(cudaMemcpyAsync(free_cells_.get() + p, waiting_cells_.get() + p, r * 8, cudaMemcpyDeviceToDevice, stream));
+    free_count_ = p + r;
+    waiting_count_ = 0;
   }
 
   // In the slow path, for runs that found no free cell. The cells this batch freed so far join the
-  // free stack at once (safe: the parallel pass is over and no pending run has freed anything),
+  // reserve at once (safe: the parallel pass is over and no pending run has freed anything),
   // and the heap grows until it could serve the whole batch's demand (the cells it had, plus what
   // its runs still need): a batch that writes more values than the free cells would otherwise
   // rerun its late runs every time. Measured on the H100 (YCSB A, 128-byte values, 4 M records,
@@ -1391,7 +1419,7 @@ class GpuEngine final : public Engine {
     const uint64_t demand = available_cells() + need;  // the host's counts are still the batch's start
     read_counters(stream);
     settle_heap(stream);
-    ensure_free_stack(free_count_ + ctx_.freed_capacity, stream);
+    refill_reserve(stream);
     ctx_.free_cells = free_cells_.get();
     ctx_.free_count = free_count_;
     unsigned long long* restart = reinterpret_cast<unsigned long long*>(counters_init_.get());
@@ -1406,15 +1434,15 @@ class GpuEngine final : public Engine {
     return !*exhausted;
   }
 
-  // After a batch: cells taken from the stack are gone from its top, freed cells join it.
+  // After a batch: cells taken from the reserve are gone from its top, freed cells wait.
   void settle_heap(cudaStream_t stream) {
     const BatchCounters& c = *host_counters_.get();
-    const uint64_t remaining = free_count_ - std::min<uint64_t>(c.cells_taken, free_count_);
-    const uint64_t freed = std::min<uint64_t>(c.cells_freed, ctx_.freed_capacity);
+    const uint64_t freed = std::min<uint64_t>(c.cells_freed, ctx_.freed_capacity);  // prepare_batch made room
     if (freed)
-      append_cells_kernel<<<blocks_for(freed), kBlock, 0, stream>>>(free_cells_.get(), remaining, freed_.get(), freed);
+      append_cells_kernel<<<blocks_for(freed), kBlock, 0, stream>>>(waiting_cells_.get(), waiting_count_, freed_.get(), freed);
     GPHASH_CUDA(cudaGetLastError());
-    free_count_ = remaining + freed;
+    free_count_ -= std::min<uint64_t>(c.cells_taken, free_count_);
+    waiting_count_ += freed;
     fresh_next_ = std::min<uint64_t>(c.fresh_next, dt_.heap.capacity);
   }
 
@@ -1484,8 +1512,8 @@ class GpuEngine final : public Engine {
   bool tracking_ = false;
   DeviceBuffer<uint32_t> dirty_bits_;
   std::vector<uint64_t> host_dirty_;
-  DeviceBuffer<uint64_t> free_cells_, freed_;
-  uint64_t free_count_ = 0, fresh_next_ = 0;
+  DeviceBuffer<uint64_t> free_cells_, freed_, waiting_cells_;  // the reserve, a batch's freed cells, freed cells waiting
+  uint64_t free_count_ = 0, waiting_count_ = 0, fresh_next_ = 0;
   bool reused_freed_cells_ = false;  // provide_cells served runs from freed cells since the heap last grew
   DeviceBuffer<uint64_t> keys_;
   DeviceBuffer<std::byte> values_, out_, sort_temp_;
