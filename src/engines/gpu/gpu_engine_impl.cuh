@@ -912,8 +912,8 @@ class GpuEngine final : public Engine {
     return done;
   }
 
-  // The completion thread: once a batch is done, adds its item delta and returns its freed cells
-  // to the free cells. (It makes no allocation: those happen before a batch is enqueued.)
+  // The completion thread: once a batch is done, adds its item delta and puts its freed cells with
+  // those waiting for the reserve. (It makes no allocation: those happen before a batch is enqueued.)
   void complete_jobs() {
     for (;;) {
       std::shared_ptr<GpuCompletion> job;

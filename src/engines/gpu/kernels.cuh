@@ -361,9 +361,9 @@ __global__ inline void collect_free_cells_kernel(const uint32_t* bits, uint64_t 
 }
 
 // After a batch: the cells it freed join those waiting for the reserve (GpuEngine::refill_reserve).
-__global__ inline void append_cells_kernel(uint64_t* stack, uint64_t at, const uint64_t* cells, uint64_t count) {
+__global__ inline void append_cells_kernel(uint64_t* list, uint64_t at, const uint64_t* cells, uint64_t count) {
   const uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < count) stack[at + i] = cells[i];
+  if (i < count) list[at + i] = cells[i];
 }
 
 }  // namespace gphash::engine::gpu
