@@ -119,6 +119,16 @@ struct PoolWrites {
     mark(p, 8);
     if (cache.on) cache.mirror_word(p, v);
   }
+  // store() into bucket `id` (BktCache numbering) at pool address `bucket`, whose cached line (or
+  // null) the caller holds.
+  __device__ __forceinline__ void store_in(uint64_t* p, uint64_t v, const std::byte* bucket, uint64_t id, std::byte* line) const {
+    count();
+    *reinterpret_cast<volatile uint64_t*>(p) = v;
+    mark(p, 8);
+    if (cache.on)
+      cache.mirror_in(id, line, static_cast<uint32_t>(reinterpret_cast<const std::byte*>(p) - bucket),
+                      [v](std::byte* dst) { *reinterpret_cast<volatile uint64_t*>(dst) = v; });
+  }
   // EMPTY -> INSERTING by CAS (claims in the pool itself, where no tag mirror holds them).
   __device__ __forceinline__ bool claim(uint64_t* state) const {
     count();

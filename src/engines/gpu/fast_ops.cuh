@@ -411,27 +411,32 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       if (t.has_heap) release_cell(ctx, word);
     }
   }
+  // Stores into the target's and the found bucket go to their BktCache lines, looked up once here
+  // (the found one's in phase 2).
   std::byte* tb = claimed ? t.bucket(t_level, t_bucket) : nullptr;
+  const uint64_t t_id = claimed && t.writes.cache.on ? t.writes.cache.bucket_id(t_level, t_bucket) : 0;
+  std::byte* t_line = claimed ? t.writes.cache.cached(t_level, t_bucket) : nullptr;
   if (claimed) {
     if constexpr (!T::Layout::kKeyIsState) {
       uint64_t* k = T::key_words(tb, t_slot);
 #pragma unroll
-      for (int w = 0; w < T::kKeyWords; ++w) t.writes.store(k + w, mine.key[w]);
+      for (int w = 0; w < T::kKeyWords; ++w) t.writes.store_in(k + w, mine.key[w], tb, t_id, t_line);
     }
-    t.writes.store(T::value_word(tb, t_slot), word);
-    if (t.has_heap) t.writes.cache.put_value(tb, t_slot, word, bv.value(i), bv.value_width);
+    t.writes.store_in(T::value_word(tb, t_slot), word, tb, t_id, t_line);
+    if (t.has_heap) t.writes.cache.put_value_in(t_line, t_slot, word, bv.value(i), bv.value_width);
     t.writes.cache.record(pos, t_level, t_bucket);
   }
   // Updates and erases of found copies.
   std::byte* fb = (writes_value || erases) && !defer ? t.bucket(f_level, f_bucket) : nullptr;
+  const uint64_t f_id = fb && t.writes.cache.on ? t.writes.cache.bucket_id(f_level, f_bucket) : 0;
   if (writes_value && !defer) {
-    t.writes.store(T::value_word(fb, f_slot), word);
-    if (t.has_heap) t.writes.cache.put_value(fb, f_slot, word, bv.value(i), bv.value_width);
+    t.writes.store_in(T::value_word(fb, f_slot), word, fb, f_id, f_line);
+    if (t.has_heap) t.writes.cache.put_value_in(f_line, f_slot, word, bv.value(i), bv.value_width);
   }
-  if (erases) t.writes.store(T::state_word(fb, f_slot), format::kSlotEmpty);
+  if (erases) t.writes.store_in(T::state_word(fb, f_slot), format::kSlotEmpty, fb, f_id, f_line);
   // Key and value words before the state word that publishes them: only a warp that claimed.
   if (__any_sync(kFullMask, claimed)) t.writes.publish_barrier(A == Access::kMirror);
-  if (claimed) t.writes.store(T::state_word(tb, t_slot), mine.published);
+  if (claimed) t.writes.store_in(T::state_word(tb, t_slot), mine.published, tb, t_id, t_line);
   // The durability point of a pool's commit writes (DESIGN.md section 3), in a warp that made any.
   // In GPU memory a fence after the publish orders it before what hands a slot to other warps: an
   // erase's tag clear, or a tag written after the publish.
