@@ -102,7 +102,13 @@ class PinnedBuffer {
 
 class Stream {
  public:
-  Stream() { GPHASH_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  // high_priority: the device's greatest stream priority (blocks of its kernels are dispatched
+  // before those of streams of default priority that wait at the same time).
+  explicit Stream(bool high_priority = false) {
+    int least = 0, greatest = 0;
+    if (high_priority) GPHASH_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    GPHASH_CUDA(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, high_priority ? greatest : least));
+  }
   ~Stream() {
     cudaStreamSynchronize(s_);
     cudaStreamDestroy(s_);

@@ -171,7 +171,7 @@ struct BatchCounters {
   int repeats;                      // plan: the batch repeats a key (plan_kernel's check)
   unsigned long long serial_runs;   // runs the batch kernel left to the serial pass
   unsigned long long serial_taken;  // ... of which a warp of the serial pass has taken
-  unsigned long long long_runs;     // runs of kLongRun or more left to long_run_kernel
+  unsigned long long long_runs;     // runs of kLongRun or more the plan listed for long_run_kernel
   unsigned long long long_taken;    // ... of which a block of long_run_kernel has taken
 };
 

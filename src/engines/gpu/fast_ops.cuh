@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   uint32_t serial_lanes = __ballot_sync(kFullMask, serial);
   if constexpr (kInlineSerial) {
     WarpOps<A, T> ops{t, ctx, bv, lane, delta};
-    ops.defer_long_runs = true;
+    ops.skip_long_runs = true;
     while (serial_lanes) {
       const int leader = __ffs(serial_lanes) - 1;
       serial_lanes &= serial_lanes - 1;
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
   if (runs == 0) return;
   long long delta = 0;
   WarpOps<A, T> ops{t, ctx, bv, lane, delta};
-  ops.defer_long_runs = true;
+  ops.skip_long_runs = true;
   for (;;) {
     unsigned long long k = 0;
     if (lane == 0) k = atomicAdd(&ctx.counters->serial_taken, 1ull);
@@ -532,14 +532,16 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }
 
-// The long-run pass: the runs of kLongRun operations or more that the batch and serial passes
-// listed (Zipf-hot keys'), each shared by a block, in stream order after them. Every warp takes a
-// span of whole rounds of the run and composes its operations' transitions; warp 0 meanwhile
-// probes the key. After one barrier each warp has the key's state before its span (the state
-// before the run through the spans before it) and answers its span; after another, warp 0 makes
-// the run's one write, as WarpOps::group does (a failure hands the run to the slow path, whose
-// rerun walks it with one warp and answers every operation again). A run whose prefix two keys
-// share, or of a reserved key, is walked by warp 0 as WarpOps::run walks it.
+// The long-run pass: the runs of kLongRun operations or more that the plan listed (Zipf-hot
+// keys'), each shared by a block, beside the batch and serial passes or after them
+// (GpuEngine::launch_long_runs). The passes skip these runs; their keys are the runs' alone, and
+// what the passes share, slots, cells and counters, they take atomically, as warps of one pass
+// do. Every warp takes a span of whole rounds of the run and composes its operations'
+// transitions; warp 0 meanwhile probes the key. After one barrier each warp has the key's state
+// before its span (the state before the run through the spans before it) and answers its span;
+// after another, warp 0 makes the run's one write, as WarpOps::group does (a failure hands the run
+// to the slow path, whose rerun walks it with one warp and answers every operation again). A run
+// whose prefix two keys share, or of a reserved key, is walked by warp 0 as WarpOps::run walks it.
 inline constexpr int kLongRunWarps = 16;
 
 // One block an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled

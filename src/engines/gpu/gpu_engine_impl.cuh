@@ -51,6 +51,7 @@
 namespace gphash::engine::gpu {
 
 inline constexpr size_t kMaxChunk = size_t{1} << 24;  // operations per launch sequence (32-bit plan indices)
+inline constexpr size_t kLongRunsBesideMappedFrom = size_t{1} << 20;  // launch_long_runs
 inline constexpr uint64_t kSerialLimit = 256;         // runs the one-warp displacement path takes on
 inline constexpr int kBlock = 256;
 
@@ -62,12 +63,24 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 namespace {
 
-// A batch of searches only needs no plan in GPU memory (searches of one key commute): unless
-// *writes, every plan position becomes a run of its own, so a Zipf-hot key's searches spread over
-// all warps instead of one warp walking them all.
-__global__ void unplan_searches_kernel(uint32_t* sort_keys, size_t n, const uint32_t* writes) {
+// After the sort. A batch of searches only needs no plan in GPU memory (searches of one key
+// commute): when `writes` says it has none, every plan position becomes a run of its own, so a
+// Zipf-hot key's searches spread over all warps instead of one warp walking them all. Otherwise,
+// with `long_runs`, the runs of kLongRun operations or more are listed for long_run_kernel, so it
+// can run beside the batch kernel instead of after it (a run starts where the sort key changes
+// and is long if the key is the same kLongRun - 1 positions on: the keys are sorted).
+__global__ void finish_plan_kernel(uint32_t* sort_keys, size_t n, const uint32_t* writes, uint32_t* long_runs,
+                                   unsigned long long* listed) {
   const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n && *writes == 0) sort_keys[i] = static_cast<uint32_t>(i);
+  if (i >= n) return;
+  if (writes && *writes == 0) {
+    sort_keys[i] = static_cast<uint32_t>(i);
+    return;
+  }
+  if (!long_runs || i + kLongRun > n) return;
+  const uint32_t key = sort_keys[i];
+  if ((i == 0 || sort_keys[i - 1] != key) && sort_keys[i + kLongRun - 1] == key)
+    long_runs[atomicAdd(listed, 1ull)] = static_cast<uint32_t>(i);
 }
 
 }  // namespace
@@ -710,12 +723,12 @@ class GpuEngine final : public Engine {
       // M/s at 2^20, 26.8 -> 33.5 at 2^16, 25.8 -> 29.3 at 2^15; misses, which the tag mirror
       // answers without the host, pay the sort: 532 -> 337 M/s at 2^16 (+1.1 ns an operation
       // against -7.5 for a hit), 474 -> 229 at 2^15. Hence from 2^16.
-      plan(bv, false, false, stream);
+      plan(bv, false, false, /*list_long_runs=*/false, stream);
       bv.sort_keys = nullptr;
     } else if (stats_.last_batch_planned) {
       bool check_repeats = gpu_memory_ && !search_only && host_waits && bv.n >= kCheckRepeatsFrom;
       if (check_repeats && unchecked_left_ > 0) --unchecked_left_, check_repeats = false;
-      stats_.last_batch_planned = plan(bv, ops_unread && !plan_searches, check_repeats, stream);
+      stats_.last_batch_planned = plan(bv, ops_unread && !plan_searches, check_repeats, /*list_long_runs=*/true, stream);
       if (check_repeats) {
         repeat_streak_ = stats_.last_batch_planned ? std::min(repeat_streak_ + 1, 6u) : 0;
         unchecked_left_ = (1u << repeat_streak_) - 1;
@@ -1033,10 +1046,11 @@ class GpuEngine final : public Engine {
   }
 
   // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
-  // order (the radix sort is stable), and each run goes to one warp. With `check_repeats` the
-  // host first learns whether the batch repeats a key, and one that does not is left unplanned.
-  // Returns whether the batch was planned.
-  bool plan(BatchView& bv, bool ops_unread, bool check_repeats, cudaStream_t stream) {
+  // order (the radix sort is stable), and each run goes to one warp; with `list_long_runs` the
+  // runs for long_run_kernel are listed. With `check_repeats` the host first learns whether the
+  // batch repeats a key, and one that does not is left unplanned. Returns whether the batch was
+  // planned.
+  bool plan(BatchView& bv, bool ops_unread, bool check_repeats, bool list_long_runs, cudaStream_t stream) {
     const size_t n = bv.n;
     // A batch of searches the host could not see as one (launch_parallel_pass): the device decides,
     // after the sort.
@@ -1060,8 +1074,11 @@ class GpuEngine final : public Engine {
     sort_temp_.reserve(temp);
     GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
                                                 index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, stream));
-    if (ops_unread) {
-      unplan_searches_kernel<<<blocks_for(n), kBlock, 0, stream>>>(prefix_out_.get(), n, plan_writes_.get());
+    list_long_runs = list_long_runs && n >= kLongRun;
+    if (ops_unread || list_long_runs) {
+      finish_plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(prefix_out_.get(), n, ops_unread ? plan_writes_.get() : nullptr,
+                                                               list_long_runs ? bv.long_runs : nullptr,
+                                                               &counters_->long_runs);
       GPHASH_CUDA(cudaGetLastError());
     }
     bv.sort_keys = prefix_out_.get();
@@ -1071,7 +1088,8 @@ class GpuEngine final : public Engine {
 
   void launch_batch(const BatchView& bv, bool inline_serial, cudaStream_t stream) {
     switch (options_.gpu_kernels) {
-      case GpuKernels::kWarp:
+      case GpuKernels::kWarp: {
+        const bool beside = launch_long_runs<Access::kMirror>(bv, stream);
         if (inline_serial) {  // host-mapped batches but small planned ones (batch_kernel, launch_parallel_pass say why)
           batch_kernel<Access::kMirror, T, true><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         } else {
@@ -1079,14 +1097,17 @@ class GpuEngine final : public Engine {
           GPHASH_CUDA(cudaGetLastError());
           serial_kernel<Access::kMirror><<<grid_of(serial_kernel<Access::kMirror, T>, kBlock, serial_blocks_), kBlock, 0, stream>>>(dt_, ctx_, bv);
         }
-        launch_long_runs<Access::kMirror>(bv, stream);
+        join_long_runs<Access::kMirror>(bv, beside, stream);
         break;
-      case GpuKernels::kWarpDirect:  // a comparison kernel: one variant
+      }
+      case GpuKernels::kWarpDirect: {  // a comparison kernel: one variant
+        const bool beside = launch_long_runs<Access::kDirect>(bv, stream);
         batch_kernel<Access::kDirect, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         GPHASH_CUDA(cudaGetLastError());
         serial_kernel<Access::kDirect><<<grid_of(serial_kernel<Access::kDirect, T>, kBlock, serial_blocks_), kBlock, 0, stream>>>(dt_, ctx_, bv);
-        launch_long_runs<Access::kDirect>(bv, stream);
+        join_long_runs<Access::kDirect>(bv, beside, stream);
         break;
+      }
       case GpuKernels::kThread:
         thread_batch_kernel<<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         break;
@@ -1094,14 +1115,37 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaGetLastError());
   }
 
-  // long_run_kernel, where a batch may hold a run of kLongRun operations (it ends at once if none
-  // was listed).
+  // long_run_kernel, where a batch may hold a run of kLongRun operations (it ends at once if the
+  // plan listed none). In GPU memory, and for host-mapped batches from kLongRunsBesideMappedFrom
+  // operations, on long_stream_ beside the batch and serial passes: launched first and at a higher
+  // priority, so its blocks (a whole SM each) find the SMs free, and those that hold no run leave
+  // them to the batch kernel at once. H200, YCSB Zipf 0.99, 16.8 M items, against the same build
+  // in stream order (bench/results/2026-11-30-long-runs-beside): GPU memory, 8-byte keys, 2^20 B
+  // 1,118 -> 1,575 M ops/s of device time, A 1,149 -> 1,674; host-mapped, 32-byte keys, complete
+  // cache, 2^20 B 604 -> 701, A 384-392 -> 387-437; but at 2^16 host-mapped A lost (154-158 ->
+  // 129-130) what B gained (247-266 -> 293), which is not explained, so smaller host-mapped
+  // batches keep the stream order. Returns whether it was launched beside; join_long_runs then
+  // makes `stream` wait for it, or launches it in stream order.
   template <Access A>
-  void launch_long_runs(const BatchView& bv, cudaStream_t stream) {
-    if (!bv.sort_keys || bv.n < kLongRun) return;
-    GPHASH_CUDA(cudaGetLastError());  // the pass before it
+  bool launch_long_runs(const BatchView& bv, cudaStream_t stream) {
+    if (!bv.sort_keys || bv.n < kLongRun || (!gpu_memory_ && bv.n < kLongRunsBesideMappedFrom)) return false;
     constexpr int block = kLongRunWarps * 32;
-    long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, stream>>>(dt_, ctx_, bv);
+    GPHASH_CUDA(cudaEventRecord(long_runs_start_, stream));
+    GPHASH_CUDA(cudaStreamWaitEvent(long_stream_, long_runs_start_));
+    long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, long_stream_>>>(dt_, ctx_, bv);
+    GPHASH_CUDA(cudaGetLastError());
+    GPHASH_CUDA(cudaEventRecord(long_runs_done_, long_stream_));
+    return true;
+  }
+  template <Access A>
+  void join_long_runs(const BatchView& bv, bool beside, cudaStream_t stream) {
+    if (beside) {
+      GPHASH_CUDA(cudaStreamWaitEvent(stream, long_runs_done_));
+    } else if (bv.sort_keys && bv.n >= kLongRun) {
+      GPHASH_CUDA(cudaGetLastError());
+      constexpr int block = kLongRunWarps * 32;
+      long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, stream>>>(dt_, ctx_, bv);
+    }
   }
 
   // The grid of a kernel whose blocks take work from a shared counter until none is left: as many
@@ -1487,7 +1531,8 @@ class GpuEngine final : public Engine {
   mutable std::mutex mutex_;
   Stream batch_stream_;  // host batches (execute)
   Stream slow_stream_;   // table-wide passes (open, resize, export) and the completion thread
-  Event start_, planned_, ran_, counted_{false};
+  Stream long_stream_{/*high_priority=*/true};  // launch_long_runs: long_run_kernel beside the batch kernel
+  Event start_, planned_, ran_, counted_{false}, long_runs_start_{false}, long_runs_done_{false};
   std::optional<ChunkInFlight> submitted_;  // Table::submit's chunk between its halves
   std::shared_ptr<SubmittedCompletion> submitted_done_;
   // The batch counters sit between the inputs and the outputs of execute's small batches in one

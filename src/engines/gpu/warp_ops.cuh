@@ -19,7 +19,8 @@ enum class Access { kMirror, kDirect };
 enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
 
 // Runs of at least this many operations (a Zipf-hot key's: ~56,000 of a 2^20 YCSB batch) are
-// left by the batch and serial passes to long_run_kernel, where a block shares each one. A warp
+// listed by the plan for long_run_kernel, where a block shares each one; the batch and serial
+// passes skip them. A warp
 // walking one alone bounded the whole batch: H200, host-mapped, complete cache, Zipf 0.99, 2^20
 // (bench/results/2026-11-30-long-runs): B 233 -> 490 M ops/s of device time (4.5 -> 2.2 ms a
 // batch), A 145-158 -> 225-249; in GPU memory, 8-byte keys, B 295 -> 1,018 and A 279 -> 1,052.
@@ -372,7 +373,7 @@ struct WarpOps {
   const BatchView& bv;
   int lane;
   long long& item_delta;  // kept by lane 0
-  bool defer_long_runs = false;  // run(): list runs of kLongRun or more for long_run_kernel
+  bool skip_long_runs = false;  // run(): leave runs of kLongRun or more to long_run_kernel
 
   __device__ static bool reserved(const KeyProbe<T>& p) {
     if constexpr (T::Layout::kKeyIsState) return format::is_reserved_key(p.key[0]);
@@ -772,10 +773,7 @@ struct WarpOps {
   // the prefix, they are handled one operation at a time (order within each key is kept).
   // Returns kDone, or the reason and (in *resume) the position the slow path continues at.
   __device__ RunResult run(size_t begin, size_t end, const SlowPathFlags& flags, size_t* resume) {
-    if (defer_long_runs && end - begin >= kLongRun) {
-      if (lane == 0) bv.long_runs[atomicAdd(&ctx.counters->long_runs, 1ull)] = static_cast<uint32_t>(begin);
-      return RunResult::kDone;
-    }
+    if (skip_long_runs && end - begin >= kLongRun) return RunResult::kDone;  // the plan listed it
     KeyProbe<T> p;
     make_probe(t, bv.keys + size_t{bv.op_index(begin)} * T::kKeyWords, p);
     bool uniform = true;
