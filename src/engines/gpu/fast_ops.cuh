@@ -485,6 +485,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   if constexpr (kInlineSerial) {
     WarpOps<A, T> ops{t, ctx, bv, lane, delta};
     ops.skip_long_runs = true;
+    ops.defer_commit = true;
     while (serial_lanes) {
       const int leader = __ffs(serial_lanes) - 1;
       serial_lanes &= serial_lanes - 1;
@@ -493,6 +494,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       const RunResult r = ops.run(begin, run_end(bv, begin, lane), SlowPathFlags{}, &resume);
       if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
     }
+    ops.commit();
   } else if (serial_lanes) {
     unsigned long long first = 0;
     if (lane == __ffs(serial_lanes) - 1)
@@ -519,6 +521,7 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
   long long delta = 0;
   WarpOps<A, T> ops{t, ctx, bv, lane, delta};
   ops.skip_long_runs = true;
+  ops.defer_commit = true;
   for (;;) {
     unsigned long long k = 0;
     if (lane == 0) k = atomicAdd(&ctx.counters->serial_taken, 1ull);
@@ -529,6 +532,7 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
     const RunResult r = ops.run(begin, run_end(bv, begin, lane), SlowPathFlags{}, &resume);
     if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
   }
+  ops.commit();
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }
 

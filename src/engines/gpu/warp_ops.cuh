@@ -374,6 +374,12 @@ struct WarpOps {
   int lane;
   long long& item_delta;  // kept by lane 0
   bool skip_long_runs = false;  // run(): leave runs of kLongRun or more to long_run_kernel
+  // write_value(): leave the barrier after the value word's store to commit(), which the caller
+  // runs once after all its runs. Runs are of different keys, and a value word only ever points to
+  // a cell made persistent before it, so the last barrier is the only one the batch's durability
+  // needs; a warp walking k runs with writes then waits for k + 1 PCIe round trips, not 2k.
+  bool defer_commit = false;
+  bool commit_pending = false;  // this lane stored a value word since the last barrier
 
   __device__ static bool reserved(const KeyProbe<T>& p) {
     if constexpr (T::Layout::kKeyIsState) return format::is_reserved_key(p.key[0]);
@@ -456,13 +462,24 @@ struct WarpOps {
     const uint64_t word = new_value_word(src, hash0);
     if (t.has_heap && word == kNoCell) return RunResult::kNeedCell;
     if (lane == r.valid) {
-      uint64_t* vw = T::value_word(t.bucket(ls.level, ls.bucket), ls.slot);
-      t.writes.store(vw, word);
-      t.writes.barrier();
+      std::byte* b = t.bucket(ls.level, ls.bucket);
+      const uint64_t id = t.writes.cache.on ? t.writes.cache.bucket_id(ls.level, ls.bucket) : 0;
+      t.writes.store_in(T::value_word(b, ls.slot), word, b, id, ls.line);
+      // The new value's bytes into the BktCache line, as batch_kernel's writers put them: without
+      // them a hot key updated by its run read its value from host memory until the next phase.
+      if (t.has_heap) t.writes.cache.put_value_in(ls.line, ls.slot, word, src, bv.value_width);
+      if (defer_commit) commit_pending = true;
+      else t.writes.barrier();
       if (t.has_heap) release_cell(ctx, old);
     }
     __syncwarp();
     return RunResult::kDone;
+  }
+  // The barrier write_value() left (defer_commit), in the lanes whose stores it covers.
+  __device__ void commit() {
+    if (commit_pending) t.writes.barrier();
+    commit_pending = false;
+    __syncwarp();
   }
 
   __device__ void erase(const WarpProbe& r, const LaneSlot<T>& ls, const KeyProbe<T>& p) {
