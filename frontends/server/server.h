@@ -99,8 +99,8 @@ class Scheduler {
   void stop();  // finishes every submitted request, then ends the thread
 
   struct Stats {
-    std::atomic<uint64_t> rounds{0}, commands{0}, wait_ns{0}, round_ns{0}, max_round{0};
-    std::atomic<uint64_t> by_size{0}, by_period{0};
+    kv::Counter rounds, commands, wait_ns, round_ns, max_round;  // written by whoever runs the round
+    kv::Counter by_size, by_period;
   };
   const Stats& stats() const { return stats_; }
   std::vector<kv::SlabClassStats> slab_snapshot() const;

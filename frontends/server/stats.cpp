@@ -20,12 +20,12 @@ void stat(std::string& out, std::string_view name, const T& value) {
 double seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 
 // Summed over the partitions' stores and schedulers (one of each per partition).
-uint64_t total(const ServerContext& ctx, std::atomic<uint64_t> kv::KvCounters::*field) {
+uint64_t total(const ServerContext& ctx, kv::Counter kv::KvCounters::*field) {
   uint64_t sum = 0;
   for (const kv::KvStore* store : ctx.stores) sum += (store->counters().*field).load();
   return sum;
 }
-uint64_t total(const ServerContext& ctx, std::atomic<uint64_t> Scheduler::Stats::*field) {
+uint64_t total(const ServerContext& ctx, kv::Counter Scheduler::Stats::*field) {
   uint64_t sum = 0;
   for (const Scheduler* scheduler : ctx.schedulers) sum += (scheduler->stats().*field).load();
   return sum;

@@ -28,6 +28,7 @@
 #include "gphash/ops.h"
 #include "gphash/snapshot.h"
 #include "kv/command.h"
+#include "kv/counter.h"
 #include "kv/item_store.h"
 #include "kv/signature.h"
 
@@ -66,19 +67,19 @@ struct KvConfig {
   SnapshotOptions snapshots;
 };
 
-// Counters for `stats`; written by the scheduler thread, read by any.
+// Counters for `stats`; written by the thread running the rounds, read by any.
 struct KvCounters {
-  std::atomic<uint64_t> cmd_get{0}, cmd_set{0}, cmd_touch{0}, cmd_flush{0};
-  std::atomic<uint64_t> get_hits{0}, get_misses{0}, get_expired{0}, get_flushed{0};
-  std::atomic<uint64_t> delete_hits{0}, delete_misses{0};
-  std::atomic<uint64_t> incr_hits{0}, incr_misses{0}, decr_hits{0}, decr_misses{0};
-  std::atomic<uint64_t> cas_hits{0}, cas_misses{0}, cas_badval{0};
-  std::atomic<uint64_t> touch_hits{0}, touch_misses{0};
-  std::atomic<uint64_t> curr_items{0}, total_items{0}, bytes{0};
-  std::atomic<uint64_t> evictions{0}, reclaimed{0}, expired_unfetched{0}, evicted_unfetched{0};
-  std::atomic<uint64_t> out_of_memory{0};
-  std::atomic<uint64_t> rounds{0}, search_ops{0}, write_ops{0}, signature_collisions{0};
-  std::atomic<uint64_t> index_ns{0}, resolve_ns{0};  // time in index batches / in resolution
+  Counter cmd_get, cmd_set, cmd_touch, cmd_flush;
+  Counter get_hits, get_misses, get_expired, get_flushed;
+  Counter delete_hits, delete_misses;
+  Counter incr_hits, incr_misses, decr_hits, decr_misses;
+  Counter cas_hits, cas_misses, cas_badval;
+  Counter touch_hits, touch_misses;
+  Counter curr_items, total_items, bytes;
+  Counter evictions, reclaimed, expired_unfetched, evicted_unfetched;
+  Counter out_of_memory;
+  Counter rounds, search_ops, write_ops, signature_collisions;
+  Counter index_ns, resolve_ns;  // time in index batches / in resolution
 };
 
 struct RecoveryReport {
