@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cstdio>
-#include <unordered_map>
 
 #include "kv/tick_clock.h"
 #include "server.h"
@@ -158,7 +157,7 @@ void Scheduler::execute_round(Worker* self, std::vector<Connection*>& own_done) 
 // Hands the requests whose commands (in this partition) are all final (KvCommand::settled) to
 // their workers, once no other partition still works on them.
 void Scheduler::complete_settled(Worker* self, std::vector<Connection*>& own_done) {
-  size_t kept = 0;
+  size_t kept = 0, others = 0;  // others: workers other than self with answered requests
   for (const Submission& s : active_) {
     const auto& cmds = s.request->cmds;
     if (!std::all_of(cmds.begin(), cmds.end(), [&](const kv::KvCommand& c) { return c.partition != partition_ || c.settled; })) {
@@ -168,10 +167,17 @@ void Scheduler::complete_settled(Worker* self, std::vector<Connection*>& own_don
     // acq_rel: the last partition to finish sees the others' results before it publishes `done`.
     if (s.request->parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
     s.request->done.store(true, std::memory_order_release);
-    if (s.worker == self) own_done.push_back(s.conn);
-    else done_[s.worker].push_back(s.conn);
+    if (s.worker == self) {
+      own_done.push_back(s.conn);
+      continue;
+    }
+    auto it = std::find_if(done_.begin(), done_.end(), [&](const auto& d) { return d.first == s.worker; });
+    if (it == done_.end()) it = done_.emplace(done_.end(), s.worker, std::vector<Connection*>{});
+    if (it->second.empty()) ++others;
+    it->second.push_back(s.conn);
   }
   active_.resize(kept);
+  if (others == 0) return;
   for (auto& [worker, conns] : done_) {
     if (conns.empty()) continue;
     worker->complete(conns);
