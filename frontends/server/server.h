@@ -195,6 +195,7 @@ class Worker {
   std::vector<uint32_t> partition_counts_;            // submit_to_partitions' scratch
   std::vector<std::unique_ptr<Request>> spare_requests_;  // answered, kept for reuse (take_request)
   std::vector<std::unique_ptr<Connection>> conns_;  // owned; index = slot
+  size_t discarded_ = 0;  // conns_ to delete at the end of the loop pass
   std::mutex completed_mu_;
   std::vector<Connection*> completed_;
   std::vector<Connection*> completed_local_;
