@@ -1,5 +1,7 @@
 #include "engines/cpu/cell_allocator.h"
 
+#include <algorithm>
+
 namespace gphash::engine::cpu {
 
 void CellAllocator::reset(uint64_t capacity, const std::vector<uint64_t>& used, int threads) {
@@ -26,11 +28,17 @@ uint64_t CellAllocator::allocate(int tid) {
       free_.resize(free_.size() - take);
     }
     if (local.empty()) {
-      uint64_t first = next_fresh_.fetch_add(kRefill);
-      uint64_t cap = capacity_.load();
-      for (uint64_t c = first + kRefill; c-- > first;)
-        if (c < cap) local.push_back(c);
-      if (first >= cap) next_fresh_.store(cap);  // keep the counter from running away
+      // Fresh cells up to the capacity, taken by CAS so the counter never passes it. (It used to
+      // take kRefill past the end and store the capacity back; a thread preempted before that
+      // store could move the counter back below cells others had taken after a growth, and hand
+      // them out again: two items sharing a cell, found by CI as HMEH exporting another key's value.)
+      uint64_t first = next_fresh_.load();
+      uint64_t last = first;
+      do {
+        last = std::min(first + kRefill, capacity_.load());
+        if (first >= last) break;
+      } while (!next_fresh_.compare_exchange_weak(first, last));
+      for (uint64_t c = last; c-- > first;) local.push_back(c);
     }
     if (local.empty()) return kNoCell;
   }
