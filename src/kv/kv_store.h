@@ -193,6 +193,7 @@ class KvStore {
   std::unique_ptr<Index> index_;
   std::unique_ptr<ItemStore> items_;  // in store mode, in index_'s pool
   const bool pipelined_;
+  const bool index_runs_in_submit_;  // Table::submit returns with the batch done
   std::unique_ptr<Round> round_;     // the round being resolved
   std::unique_ptr<Round> launched_;  // the round whose searches were sent last (launched_cmds_)
   std::unique_ptr<Round> spare_;
