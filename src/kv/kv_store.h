@@ -158,6 +158,7 @@ class KvStore {
   void adopt_legacy_items(Table& table, const std::string& path, std::span<std::byte> region);
   uint32_t slot_now(const Signature& sig);  // the round's slot for a signature, searching at once if it is new
   Found find(uint32_t slot, std::string_view key);
+  void prefetch_item(Location loc) const;
   Location predecessor(uint32_t slot, Location loc) const;
   bool alive(const ItemHeader* h) const;
   void unlink(uint32_t slot, Found f);
