@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -206,6 +207,8 @@ class GpuEngine final : public Engine {
       // A destructor cannot report; the pool stays marked dirty and the next open recovers it.
     }
     stop_worker();
+    if (plan_graph_.exec) cudaGraphExecDestroy(plan_graph_.exec);
+    if (plan_graph_.graph) cudaGraphDestroy(plan_graph_.graph);
   }
 
   std::string name() const override {
@@ -1052,9 +1055,15 @@ class GpuEngine final : public Engine {
   // planned.
   bool plan(BatchView& bv, bool ops_unread, bool check_repeats, bool list_long_runs, cudaStream_t stream) {
     const size_t n = bv.n;
+    // One graph launch instead of six: the plan of a host-mapped batch of 2^16 takes about 65 us
+    // instead of 86 (see launch_plan_graph). Not where check_repeats already waited, nor in a stream
+    // a caller is capturing into a graph of its own.
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (!check_repeats) GPHASH_CUDA(cudaStreamIsCapturing(stream, &capturing));
+    const bool as_graph = !check_repeats && capturing == cudaStreamCaptureStatusNone;
     // A batch of searches the host could not see as one (launch_parallel_pass): the device decides,
     // after the sort.
-    if (ops_unread) GPHASH_CUDA(cudaMemsetAsync(plan_writes_.get(), 0, sizeof(uint32_t), stream));
+    if (ops_unread && !as_graph) GPHASH_CUDA(cudaMemsetAsync(plan_writes_.get(), 0, sizeof(uint32_t), stream));
     if (check_repeats) {  // one wait: whether the batch repeats a key and, ops unread, whether it writes
       check_for_repeats(bv, ops_unread, stream);
       GPHASH_CUDA(cudaMemcpyAsync(&host_counters_.get()->repeats, &counters_->repeats, sizeof(int), cudaMemcpyDeviceToHost, stream));
@@ -1064,26 +1073,104 @@ class GpuEngine final : public Engine {
       if (!writes || !host_counters_.get()->repeats) return false;  // bv.sort_keys and bv.perm stay null
     }
     prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
-    plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops,
-                                                      ops_unread ? plan_writes_.get() : nullptr,
-                                                      !gpu_memory_ && mapped_bucket_order_);
-    GPHASH_CUDA(cudaGetLastError());
     size_t temp = 0;
     GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
                                                 index_out_.get(), static_cast<int>(n), 0, 32, stream));
     sort_temp_.reserve(temp);
-    GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
-                                                index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, stream));
     list_long_runs = list_long_runs && n >= kLongRun;
-    if (ops_unread || list_long_runs) {
-      finish_plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(prefix_out_.get(), n, ops_unread ? plan_writes_.get() : nullptr,
-                                                               list_long_runs ? bv.long_runs : nullptr,
-                                                               &counters_->long_runs);
+    uint32_t* const writes = ops_unread ? plan_writes_.get() : nullptr;
+    const bool by_bucket = !gpu_memory_ && mapped_bucket_order_;
+    // The plan's launches after the plan kernel (the memset before it only in a graph).
+    auto rest = [&](cudaStream_t s) {
+      GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
+                                                  index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, s));
+      if (ops_unread || list_long_runs) {
+        finish_plan_kernel<<<blocks_for(n), kBlock, 0, s>>>(prefix_out_.get(), n, writes, list_long_runs ? bv.long_runs : nullptr,
+                                                            &counters_->long_runs);
+        GPHASH_CUDA(cudaGetLastError());
+      }
+    };
+    if (as_graph) {
+      launch_plan_graph(bv, n, writes, by_bucket, list_long_runs, rest, stream);
+    } else {
+      plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops, writes,
+                                                        by_bucket);
       GPHASH_CUDA(cudaGetLastError());
+      rest(stream);
     }
     bv.sort_keys = prefix_out_.get();
     bv.perm = index_out_.get();
     return true;
+  }
+
+  // The plan's launches (memset, plan kernel, the sort's four kernels, finish_plan_kernel) as one
+  // CUDA graph, captured on a private stream once per size, buffers and flags; each batch sets the
+  // plan kernel's arguments (its keys, the table's view) and launches the graph. H200, host-mapped,
+  // 32-byte keys and values, complete cache, YCSB Zipf 0.99 at 2^16: the launch gaps between the
+  // plan's kernels were most of what it saves (bench/results/2026-11-30-plan-graph).
+  struct PlanGraph {
+    size_t n = 0;
+    const void* buffers[8] = {};
+    bool flags[3] = {};
+    cudaGraph_t graph = nullptr;  // kept while exec lives: plan_node is one of its nodes
+    cudaGraphExec_t exec = nullptr;
+    cudaGraphNode_t plan_node = nullptr;
+    cudaKernelNodeParams params{};
+  };
+  PlanGraph plan_graph_;
+  template <class Rest>
+  void launch_plan_graph(const BatchView& bv, size_t n, uint32_t* writes, bool by_bucket, bool list_long_runs, Rest rest,
+                         cudaStream_t stream) {
+    const void* buffers[8] = {prefix_in_.get(), prefix_out_.get(), index_in_.get(), index_out_.get(), sort_temp_.get(),
+                              writes, bv.long_runs, counters_};
+    const bool flags[3] = {by_bucket, list_long_runs, writes != nullptr};
+    PlanGraph& g = plan_graph_;
+    if (!g.exec || g.n != n || !std::equal(buffers, buffers + 8, g.buffers) || !std::equal(flags, flags + 3, g.flags)) {
+      if (g.exec) GPHASH_CUDA(cudaGraphExecDestroy(g.exec)), g.exec = nullptr;
+      if (g.graph) GPHASH_CUDA(cudaGraphDestroy(g.graph)), g.graph = nullptr;
+      cudaStream_t capture = capture_stream_;
+      GPHASH_CUDA(cudaStreamBeginCapture(capture, cudaStreamCaptureModeThreadLocal));
+      if (writes) GPHASH_CUDA(cudaMemsetAsync(writes, 0, sizeof(uint32_t), capture));
+      plan_kernel<<<blocks_for(n), kBlock, 0, capture>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops, writes,
+                                                         by_bucket);
+      GPHASH_CUDA(cudaGetLastError());
+      rest(capture);
+      cudaGraph_t graph = nullptr;
+      GPHASH_CUDA(cudaStreamEndCapture(capture, &graph));
+      size_t count = 0;
+      GPHASH_CUDA(cudaGraphGetNodes(graph, nullptr, &count));
+      std::vector<cudaGraphNode_t> nodes(count);
+      GPHASH_CUDA(cudaGraphGetNodes(graph, nodes.data(), &count));
+      g.plan_node = nullptr;
+      for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type;
+        GPHASH_CUDA(cudaGraphNodeGetType(node, &type));
+        if (type != cudaGraphNodeTypeKernel) continue;
+        cudaKernelNodeParams p{};
+        GPHASH_CUDA(cudaGraphKernelNodeGetParams(node, &p));
+        if (p.func == reinterpret_cast<void*>(plan_kernel<T>)) g.plan_node = node, g.params = p;
+      }
+      if (!g.plan_node) throw std::logic_error("plan graph: no plan kernel node");
+      GPHASH_CUDA(cudaGraphInstantiate(&g.exec, graph, 0));
+      g.graph = graph;
+      g.n = n;
+      std::copy(buffers, buffers + 8, g.buffers);
+      std::copy(flags, flags + 3, g.flags);
+    }
+    T t = dt_;
+    const uint64_t* keys = bv.keys;
+    size_t count = n;
+    uint32_t* prefix = prefix_in_.get();
+    uint32_t* index = index_in_.get();
+    const uint8_t* ops = bv.ops;
+    uint32_t* w = writes;
+    bool bb = by_bucket;
+    void* args[] = {&t, &keys, &count, &prefix, &index, &ops, &w, &bb};
+    cudaKernelNodeParams p = g.params;
+    p.kernelParams = args;
+    p.extra = nullptr;
+    GPHASH_CUDA(cudaGraphExecKernelNodeSetParams(g.exec, g.plan_node, &p));
+    GPHASH_CUDA(cudaGraphLaunch(g.exec, stream));
   }
 
   void launch_batch(const BatchView& bv, bool inline_serial, cudaStream_t stream) {
@@ -1532,6 +1619,7 @@ class GpuEngine final : public Engine {
   Stream batch_stream_;  // host batches (execute)
   Stream slow_stream_;   // table-wide passes (open, resize, export) and the completion thread
   Stream long_stream_{/*high_priority=*/true};  // launch_long_runs: long_run_kernel beside the batch kernel
+  Stream capture_stream_;                       // launch_plan_graph captures the plan here (nothing runs on it)
   Event start_, planned_, ran_, counted_{false}, long_runs_start_{false}, long_runs_done_{false};
   std::optional<ChunkInFlight> submitted_;  // Table::submit's chunk between its halves
   std::shared_ptr<SubmittedCompletion> submitted_done_;
