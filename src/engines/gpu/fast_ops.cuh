@@ -486,6 +486,8 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
     WarpOps<A, T> ops{t, ctx, bv, lane, delta};
     ops.skip_long_runs = true;
     ops.defer_commit = true;
+    __shared__ typename WarpOps<A, T>::PendingWrite pending[256 / 32][WarpOps<A, T>::kMaxPending];
+    ops.pending = pending[threadIdx.x / 32];
     while (serial_lanes) {
       const int leader = __ffs(serial_lanes) - 1;
       serial_lanes &= serial_lanes - 1;
@@ -522,6 +524,8 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
   WarpOps<A, T> ops{t, ctx, bv, lane, delta};
   ops.skip_long_runs = true;
   ops.defer_commit = true;
+  __shared__ typename WarpOps<A, T>::PendingWrite pending[256 / 32][WarpOps<A, T>::kMaxPending];
+  ops.pending = pending[threadIdx.x / 32];
   for (;;) {
     unsigned long long k = 0;
     if (lane == 0) k = atomicAdd(&ctx.counters->serial_taken, 1ull);

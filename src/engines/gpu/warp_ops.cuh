@@ -380,6 +380,22 @@ struct WarpOps {
   // needs; a warp walking k runs with writes then waits for k + 1 PCIe round trips, not 2k.
   bool defer_commit = false;
   bool commit_pending = false;  // this lane stored a value word since the last barrier
+  // With `pending` (batch_kernel's inlined runs, serial_kernel), a run's update (finish_run) only
+  // fills its new cell; the value word's store waits here until flush_writes(), whose one barrier
+  // makes every pending cell persistent first. A warp with k updating runs then waits for 2 round
+  // trips, not k + 1 (H200, host-mapped YCSB A at 2^16: see bench/results/2026-11-30-plan-graph).
+  // Only runs' updates: each key is in one run, so no two pending writes touch one slot, and these
+  // kernels never displace an item, so a pending slot still holds its key at the flush.
+  struct PendingWrite {
+    std::byte* bucket;
+    std::byte* line;
+    const std::byte* src;
+    uint64_t id, word, old;
+    int slot;
+  };
+  static constexpr int kMaxPending = 32;
+  PendingWrite* pending = nullptr;  // the warp's kMaxPending entries (shared memory), or null
+  int pending_count = 0;            // the same in every lane
 
   __device__ static bool reserved(const KeyProbe<T>& p) {
     if constexpr (T::Layout::kKeyIsState) return format::is_reserved_key(p.key[0]);
@@ -440,7 +456,7 @@ struct WarpOps {
 
   // A value word for input value `src`: the inline value, or a new cell holding it (and its
   // checksum), persisted. kNoCell when the heap is exhausted.
-  __device__ uint64_t new_value_word(const std::byte* src, uint64_t hash0) {
+  __device__ uint64_t new_value_word(const std::byte* src, uint64_t hash0, bool persist = true) {
     if (!t.has_heap) return read_inline_value(src, bv.value_width);
     uint64_t cell = 0;
     if (lane == 0) cell = allocate_cell(t, ctx);
@@ -448,7 +464,7 @@ struct WarpOps {
     if (cell == kNoCell) return kNoCell;
     warp_copy(t.cell(cell), src, bv.value_width, lane, &t.writes);
     if (t.value_checksums && lane == 0) t.writes.store(t.cell_checksum(cell), t.checksum_of(src, hash0));
-    t.writes.barrier();
+    if (persist) t.writes.barrier();
     __syncwarp();
     return cell;
   }
@@ -475,8 +491,38 @@ struct WarpOps {
     __syncwarp();
     return RunResult::kDone;
   }
+  // write_value() for a run's update with `pending`: the cell now, the word at flush_writes().
+  __device__ RunResult write_value_pending(const WarpProbe& r, const LaneSlot<T>& ls, uint64_t old, const std::byte* src,
+                                           uint64_t hash0) {
+    if (pending_count == kMaxPending) flush_writes();
+    const uint64_t word = new_value_word(src, hash0, /*persist=*/false);
+    if (t.has_heap && word == kNoCell) return RunResult::kNeedCell;
+    if (lane == r.valid)
+      pending[pending_count] = {t.bucket(ls.level, ls.bucket), ls.line, src,
+                                t.writes.cache.on ? t.writes.cache.bucket_id(ls.level, ls.bucket) : 0, word, old, ls.slot};
+    __syncwarp();
+    ++pending_count;
+    return RunResult::kDone;
+  }
+  // The pending writes: one barrier for every lane's part of their cells, then lane k stores
+  // pending write k's value word (and its bytes into the cached line) and frees the old cell.
+  __device__ void flush_writes() {
+    if (pending_count == 0) return;
+    t.writes.barrier();
+    __syncwarp();
+    if (lane < pending_count) {
+      const PendingWrite w = pending[lane];
+      t.writes.store_in(T::value_word(w.bucket, w.slot), w.word, w.bucket, w.id, w.line);
+      if (t.has_heap) t.writes.cache.put_value_in(w.line, w.slot, w.word, w.src, bv.value_width);
+      commit_pending = true;
+      if (t.has_heap) release_cell(ctx, w.old);
+    }
+    pending_count = 0;
+    __syncwarp();
+  }
   // The barrier write_value() left (defer_commit), in the lanes whose stores it covers.
   __device__ void commit() {
+    flush_writes();
     if (commit_pending) t.writes.barrier();
     commit_pending = false;
     __syncwarp();
@@ -745,7 +791,8 @@ struct WarpOps {
     if (s.present && !final_state.present) {
       erase(s.r, s.ls, p);
     } else if (s.present && final_state.present && final_state.source != kFromTable) {
-      RunResult res = write_value(s.r, s.ls, s.stored, bv.value(bv.op_index(begin + final_state.source)), p.hash[0]);
+      const std::byte* src = bv.value(bv.op_index(begin + final_state.source));
+      RunResult res = pending ? write_value_pending(s.r, s.ls, s.stored, src, p.hash[0]) : write_value(s.r, s.ls, s.stored, src, p.hash[0]);
       if (res != RunResult::kDone) return fallback(begin, end, flags, res);
     } else if (!s.present && final_state.present) {
       bool failed_full = false;
