@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
       for (int w = 0; w < T::kKeyWords; ++w) t.writes.store_in(k + w, mine.key[w], tb, t_id, t_line);
     }
     t.writes.store_in(T::value_word(tb, t_slot), word, tb, t_id, t_line);
-    if (t.has_heap) t.writes.cache.put_value_in(t_line, t_slot, word, bv.value(i), bv.value_width);
+    if (t.has_heap) t.writes.cache.put_value_bytes(t_line, t_slot, bv.value(i), bv.value_width);  // its reference after the commit barrier
     t.writes.cache.record(pos, t_level, t_bucket);
   }
   // Updates and erases of found copies.
@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   const uint64_t f_id = fb && t.writes.cache.on ? t.writes.cache.bucket_id(f_level, f_bucket) : 0;
   if (writes_value && !defer) {
     t.writes.store_in(T::value_word(fb, f_slot), word, fb, f_id, f_line);
-    if (t.has_heap) t.writes.cache.put_value_in(f_line, f_slot, word, bv.value(i), bv.value_width);
+    if (t.has_heap) t.writes.cache.put_value_bytes(f_line, f_slot, bv.value(i), bv.value_width);
   }
   if (erases) t.writes.store_in(T::state_word(fb, f_slot), format::kSlotEmpty, fb, f_id, f_line);
   // Key and value words before the state word that publishes them: only a warp that claimed.
@@ -441,7 +441,14 @@ __global__ void __launch_bounds__(256, 3) batch_kernel(const __grid_constant__ T
   // In GPU memory a fence after the publish orders it before what hands a slot to other warps: an
   // erase's tag clear, or a tag written after the publish.
   const bool committed = __any_sync(kFullMask, claimed || (writes_value && !defer) || erases);
-  if ((t.writes.persistent && committed) || erases || (claimed && A == Access::kMirror && !kTagAtClaim)) t.writes.barrier();
+  const bool commit_barrier = (t.writes.persistent && committed) || erases || (claimed && A == Access::kMirror && !kTagAtClaim);
+  if (commit_barrier) t.writes.barrier();
+  // The cached values' references, behind the barrier that also orders their bytes before them.
+  if (t.has_heap && (claimed || (writes_value && !defer))) {
+    if (!commit_barrier) __threadfence();
+    if (claimed) t.writes.cache.put_value_ref(t_line, t_slot, word);
+    else t.writes.cache.put_value_ref(f_line, f_slot, word);
+  }
   if constexpr (A == Access::kMirror) {
     if (claimed && !kTagAtClaim) {
       unsigned shift;
