@@ -165,6 +165,7 @@ class KvStore {
   void link_new(uint32_t slot, Location item, Found replaced);
   void retire(Location loc);
   void reap_zombies();
+  void apply_bumps();
   Location allocate(uint8_t cls, Location pinned);
   bool evict_one(uint8_t cls);
   void plan_evictions(Round& r, std::span<KvCommand* const> round);
@@ -203,6 +204,9 @@ class KvStore {
   std::unique_ptr<InFlight> in_flight_;
   std::optional<std::shared_lock<SnapshotGate>> hold_;  // store mode: from a round's items to its index changes
   std::vector<Location> zombies_;   // unlinked items still read by a reply
+  // Cache mode: hits whose move to the head of their class's LRU is still to be made, in order
+  // (apply_bumps: before anything else reads or changes an LRU).
+  std::vector<Location> bumps_;
   std::vector<Location> deferred_;  // store mode: unlinked by the round being resolved
   uint64_t resolved_ = 0;
   uint64_t next_cas_ = 1;
