@@ -224,6 +224,13 @@ class Table {
   // time: any other call on it finishes the submitted batch first, so waiting is optional.
   BatchEvent submit(const Batch& batch);
 
+  // A hint: starts fetching what a batch on these keys (`count` keys of the table's key width,
+  // side by side) reads first, so the caller's work until it runs the batch overlaps those cache
+  // misses (CPU engine: the first few keys' candidate tag words or buckets; other engines and
+  // sharded tables: nothing). Changes nothing and never fails. Call it from the thread that runs
+  // this table's batches, not while one runs: it reads the table's geometry without the batch lock.
+  void prefetch(const void* keys, size_t count) const;
+
   // Device sessions (GPU engine): user kernels on `stream` work on the table through a
   // gphash::gpu::TableRef (include/gphash/gpu/table_ref.cuh). While a session is open, host
   // batches on this table are refused (kInvalidArgument). The session's writes are durable once

@@ -97,6 +97,11 @@ class Engine {
     execute(batch);
     return nullptr;
   }
+  // Table::prefetch: a hint, called between batches by the thread that runs them.
+  virtual void prefetch(const void* keys, size_t count) const {
+    (void)keys;
+    (void)count;
+  }
   // Starts a batch of host arrays (Table::submit) and returns a completion whose wait() finishes
   // it, or runs it at once and returns null (engines that cannot split a batch).
   virtual std::shared_ptr<Completion> submit(const Batch& batch) {

@@ -358,6 +358,10 @@ BatchEvent Table::submit(const Batch& b) {
   return BatchEvent(impl_->run_batch(b, [&] { return impl_->engine->submit(b); }));
 }
 
+void Table::prefetch(const void* keys, size_t count) const {
+  if (impl_->engine && impl_->failure.empty()) impl_->engine->prefetch(keys, count);
+}
+
 BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
   impl_->check_usable();
   if (b.size == 0) return {};

@@ -199,6 +199,20 @@ class CpuEngine final : public Engine {
     if (shards.writes()) pool_.sync();  // the durability point: the batch is acknowledged after this
   }
 
+  // The first keys' candidate tag words (buckets without the mirror), as run_range's first stage
+  // fetches them: a batch's first operations read them soon after that stage (kSlotDistance),
+  // so for a small batch (gphash-server's rounds of a few keys) the driver's own set-up and the
+  // caller's bookkeeping before execute() otherwise ran before the first miss even started.
+  void prefetch(const void* keys, size_t count) const override {
+    const auto* k = static_cast<const std::byte*>(keys);
+    for (size_t i = 0; i < std::min(count, kSlotDistance); ++i) {
+      Probe p;
+      table_.prepare(p, k + i * KeyWidth);
+      if (table_.mirror_on()) table_.prefetch_tags(p);
+      else table_.prefetch(p);
+    }
+  }
+
  private:
   static constexpr size_t kMinOpsPerThread = 256;
   // Operations ahead: with the tag mirror, the candidates' tag words are prefetched
