@@ -153,6 +153,13 @@ class CpuTable {
       for (int j = 0; j < H; ++j) prefetch_line(mirror_.address(level, format::bucket_at(p.hash[j], level)));
   }
   void prefetch_tags(const Probe& p) const { prefetch_tags(p, bottom_, top_); }
+  // Every line of p's candidate buckets in the top level (Engine::prefetch of a key or two).
+  void prefetch_top_buckets(const Probe& p) const {
+    for (int j = 0; j < H; ++j) {
+      const std::byte* b = bucket(top_, format::bucket_at(p.hash[j], top_));
+      for (uint32_t at = 0; at < Layout::kBytes; at += 64) prefetch_line(b + at);
+    }
+  }
   bool mirror_on() const { return mirror_.on(); }
   void prefetch_slots(const Probe& p, bool may_add) const {
     const uint32_t lo = bottom_, hi = top_;
