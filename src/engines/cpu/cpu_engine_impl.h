@@ -203,14 +203,15 @@ class CpuEngine final : public Engine {
   // fetches them: a batch's first operations read them soon after that stage (kSlotDistance),
   // so for a small batch (gphash-server's rounds of a few keys) the driver's own set-up and the
   // caller's bookkeeping before execute() otherwise ran before the first miss even started.
-  // With the mirror, a key or two alone also have their top-level candidate buckets fetched
-  // whole: nothing else overlaps their misses, and the tag word, then the slot it picks, are two
-  // in a row; a key in the top level (which holds 2/3 of the slots) then finds its slot's lines
-  // on their way. kv_round_bench --keys 100000, 2-core VM, 6 alternating pairs pinned to a core:
-  // rounds of 1 and 2 command(s) -18% and -15%; fetching the bottom level's buckets whole too
-  // (16 lines a key) was 6% slower than the top level's alone.
+  // With the mirror, the keys of a batch of a few also have their top-level candidate buckets
+  // fetched whole: little else overlaps their misses, and the tag word, then the slot it picks,
+  // are two in a row; a key in the top level (which holds 2/3 of the slots) then finds its slot's
+  // lines on their way. kv_round_bench --keys 100000, 2-core VM, alternating pairs pinned to a
+  // core: rounds of 1 and 2 command(s) -18% and -15% (6 pairs); up to 4 keys rather than 2,
+  // rounds of 3 and 4 -10% more (4 pairs); up to 8, nothing more for rounds of 6 and 8. Fetching
+  // the bottom level's buckets whole too (16 lines a key) was 6% slower than the top level's alone.
   void prefetch(const void* keys, size_t count) const override {
-    constexpr size_t kWholeBucketKeys = 2;
+    constexpr size_t kWholeBucketKeys = 4;
     const auto* k = static_cast<const std::byte*>(keys);
     for (size_t i = 0; i < std::min(count, kSlotDistance); ++i) {
       Probe p;
