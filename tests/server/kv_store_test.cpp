@@ -477,6 +477,76 @@ TEST(KvStore, CacheEvictsUnderMemoryPressure) {
   }
 }
 
+// A hit moves its item to the head of its class's LRU (KvStore makes the move when the next round
+// is resolved, or before anything reads or changes an LRU): evictions then take the items nobody
+// read, in the order they were stored, whatever rounds the hits, deletes and stores came in.
+TEST(KvStore, HitsKeepTheirItemsFromEvictionInLruOrder) {
+  for (const SignatureFn sig : {xxh3_signature, weak_signature}) {
+    KvStore store(cache_config(sig, 4 << 20));
+    const std::string value(1000, 'x');
+    std::vector<std::string> keys;
+    auto run_one = [&](KvCommand& c) {
+      KvCommand* p = &c;
+      store.run(std::span<KvCommand* const>(&p, 1));
+    };
+    auto set = [&](const std::string& key) {
+      KvCommand c;
+      c.op = KvOp::kStore;
+      c.key = key;
+      c.value = value;
+      run_one(c);
+      store.commit();
+      ASSERT_EQ(c.status, KvStatus::kOk);
+    };
+    // Whether a key is there, without counting as an access (meta u: no LRU move).
+    auto present = [&](const std::string& key) {
+      KvCommand c;
+      c.key = key;
+      c.bump = false;
+      c.want_value = false;
+      run_one(c);
+      store.commit();
+      return c.status == KvStatus::kOk;
+    };
+    // Fill the cache until it evicts, then find the oldest item still there.
+    while (store.counters().evictions.load() == 0) {
+      keys.push_back(numbered("k", keys.size()));
+      set(keys.back());
+    }
+    size_t oldest = 0;
+    while (!present(keys[oldest])) ++oldest;
+    // Hits on every other one of the 20 oldest, each its own round, left pending between rounds
+    // (no commit); one of them then deleted (its pending move runs before the unlink).
+    std::vector<KvCommand> hits(10);
+    for (size_t i = 0; i < hits.size(); ++i) {
+      hits[i].key = keys[oldest + 2 * i];
+      run_one(hits[i]);
+      ASSERT_EQ(hits[i].status, KvStatus::kOk) << hits[i].key;
+    }
+    store.commit();
+    for (KvCommand& h : hits) store.release(h.item);
+    KvCommand del;
+    del.op = KvOp::kDelete;
+    del.key = keys[oldest + 18];
+    run_one(del);
+    store.commit();
+    ASSERT_EQ(del.status, KvStatus::kOk);
+    // 25 more items evict the 25 least recently used: the 10 unread among the oldest 20 first.
+    const uint64_t evicted = store.counters().evictions.load();
+    for (int i = 0; i < 25; ++i) {
+      keys.push_back(numbered("k", keys.size()));
+      set(keys.back());
+    }
+    ASSERT_GE(store.counters().evictions.load() - evicted, 10u);
+    for (size_t i = 0; i < 20; ++i) {
+      const std::string& key = keys[oldest + i];
+      if (i == 18) EXPECT_FALSE(present(key)) << key << " was deleted";
+      else if (i % 2 == 0) EXPECT_TRUE(present(key)) << key << " was read: it should have been moved up";
+      else EXPECT_FALSE(present(key)) << key << " was not read: it should have been evicted first";
+    }
+  }
+}
+
 TEST(KvStore, StoreModeFullSaysOutOfMemoryAndNeverEvicts) {
   const std::string pool = pool_name("full");
   remove_pool(pool);
