@@ -198,6 +198,7 @@ class Worker {
   size_t discarded_ = 0;  // conns_ to delete at the end of the loop pass
   std::mutex completed_mu_;
   std::vector<Connection*> completed_;
+  std::atomic<bool> has_completed_{false};  // completed_ is not empty (set and cleared under completed_mu_)
   std::vector<Connection*> completed_local_;
   uint64_t next_id_ = 0;
   std::thread thread_;

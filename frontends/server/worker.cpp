@@ -70,6 +70,7 @@ void Worker::complete(std::vector<Connection*>& conns) {
     // take these with those (it empties the list after every wake-up).
     wake_pending = !completed_.empty();
     completed_.insert(completed_.end(), conns.begin(), conns.end());
+    has_completed_.store(true, std::memory_order_release);
   }
   if (!wake_pending) wake();
 }
@@ -91,10 +92,14 @@ void Worker::run() {
         on_event(reinterpret_cast<Connection*>(tag), events[i].events);
       }
     }
-    // Completions from the scheduler: one entry per request that was in a round.
-    {
+    // Completions from the scheduler: one entry per request that was in a round. The flag spares
+    // the lock in a pass with none (most passes when the worker runs its own rounds): one set
+    // after this look is followed by a wake-up (complete() wakes whenever the list was empty), so
+    // the next pass takes it.
+    if (has_completed_.load(std::memory_order_acquire)) {
       std::lock_guard lock(completed_mu_);
       completed_local_.swap(completed_);
+      has_completed_.store(false, std::memory_order_relaxed);
     }
     handle_completions(completed_local_);
     // Requests parsed in this pass go to their partitions' schedulers; if that runs their round
