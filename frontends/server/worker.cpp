@@ -362,42 +362,48 @@ void Worker::flush(Connection* c) {
 
 // Returns true when it parsed new input that may be answerable at once (flush again).
 bool Worker::flush_once(Connection* c) {
-  const uint64_t t0 = TickClock::now();
   const size_t limit = ctx_.options.conn_buffer_limit;
   bool quit = false;
-  while (!c->queue.empty() && c->out.size() - c->out_start < limit) {
-    Request& req = *c->queue.front();
-    if (!req.done.load(std::memory_order_acquire)) break;
-    if (req.verb == Verb::kStats) {
-      finish_stats(req);
-    } else if (req.verb == Verb::kReply && req.reply == "VERSION") {
-      req.reply = std::string("VERSION ") + kVersion + "\r\n";
+  // Nothing answered and nothing to write (read_input's flush after parsing requests that went to
+  // a round): no reply or write time to count, and three clock reads a request fewer (~9 ns each
+  // on the 2-core VM).
+  const bool answered = !c->queue.empty() && c->queue.front()->done.load(std::memory_order_acquire);
+  if (answered || c->out.size() > c->out_start) {
+    const uint64_t t0 = TickClock::now();
+    while (!c->queue.empty() && c->out.size() - c->out_start < limit) {
+      Request& req = *c->queue.front();
+      if (!req.done.load(std::memory_order_acquire)) break;
+      if (req.verb == Verb::kStats) {
+        finish_stats(req);
+      } else if (req.verb == Verb::kReply && req.reply == "VERSION") {
+        req.reply = std::string("VERSION ") + kVersion + "\r\n";
+      }
+      if (req.verb == Verb::kQuit) {
+        quit = true;
+      } else {
+        append_reply(c->out, req, ctx_.stores);
+      }
+      c->queued_bytes -= req.footprint();
+      recycle(std::move(c->queue.front()));
+      c->queue.pop_front();
+      if (quit) break;
     }
-    if (req.verb == Verb::kQuit) {
-      quit = true;
-    } else {
-      append_reply(c->out, req, ctx_.stores);
+    const uint64_t t1 = TickClock::now();
+    WorkerCounters::add(counters_.reply_ns, TickClock::to_ns(t1 - t0));
+    while (c->out.size() > c->out_start) {
+      const ssize_t n = ::send(c->fd, c->out.data() + c->out_start, c->out.size() - c->out_start, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        if (errno == EINTR) continue;
+        WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
+        close_connection(c);
+        return false;
+      }
+      c->out_start += static_cast<size_t>(n);
+      WorkerCounters::add(counters_.bytes_written, static_cast<uint64_t>(n));
     }
-    c->queued_bytes -= req.footprint();
-    recycle(std::move(c->queue.front()));
-    c->queue.pop_front();
-    if (quit) break;
+    WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
   }
-  const uint64_t t1 = TickClock::now();
-  WorkerCounters::add(counters_.reply_ns, TickClock::to_ns(t1 - t0));
-  while (c->out.size() > c->out_start) {
-    const ssize_t n = ::send(c->fd, c->out.data() + c->out_start, c->out.size() - c->out_start, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-      if (errno == EINTR) continue;
-      WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
-      close_connection(c);
-      return false;
-    }
-    c->out_start += static_cast<size_t>(n);
-    WorkerCounters::add(counters_.bytes_written, static_cast<uint64_t>(n));
-  }
-  WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
   if (c->out_start == c->out.size()) {
     c->out.clear();
     c->out_start = 0;
