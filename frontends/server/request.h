@@ -42,7 +42,8 @@ struct Request {
   std::string_view stats_args;   // kStats
   std::atomic<bool> done{false};  // the results are in: the reply can be built
   // Partitions (schedulers) still working on this request's commands; the last one to finish
-  // its share sets `done` and hands the request back to its worker.
+  // its share sets `done` and hands the request back to its worker (leaving 1 behind: it is the
+  // only one still to read the count).
   std::atomic<uint16_t> parts_left{0};
   bool needs_store() const { return !cmds.empty(); }
   // Back to a fresh request, keeping the buffers' memory (a worker reuses answered requests).

@@ -165,7 +165,12 @@ void Scheduler::complete_settled(Worker* self, std::vector<Connection*>& own_don
       continue;
     }
     // acq_rel: the last partition to finish sees the others' results before it publishes `done`.
-    if (s.request->parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1) continue;
+    // One left (a request of one partition, which single-key ones are, or the others done): no
+    // other partition touches the count again, so no locked decrement; the acquire load reads
+    // the others' decrements and so sees their results.
+    if (s.request->parts_left.load(std::memory_order_acquire) != 1 &&
+        s.request->parts_left.fetch_sub(1, std::memory_order_acq_rel) != 1)
+      continue;
     s.request->done.store(true, std::memory_order_release);
     if (s.worker == self) {
       own_done.push_back(s.conn);
