@@ -334,6 +334,14 @@ void Worker::submit_to_partitions(Connection* c, Request& req) {
     submissions_[0].push_back({&req, c, this, static_cast<uint32_t>(req.cmds.size())});
     return;
   }
+  if (req.cmds.size() == 1 && req.cmds.front().op != kv::KvOp::kFlushAll) {
+    // One key (most requests): one partition, without the per-partition counts below.
+    kv::KvCommand& cmd = req.cmds.front();
+    cmd.partition = ctx_.partition_of(cmd.key);
+    req.parts_left.store(1, std::memory_order_relaxed);
+    submissions_[cmd.partition].push_back({&req, c, this, 1});
+    return;
+  }
   if (req.cmds.front().op == kv::KvOp::kFlushAll) {
     req.cmds.resize(n, req.cmds.front());
     for (size_t p = 0; p < n; ++p) req.cmds[p].partition = static_cast<uint16_t>(p);
