@@ -210,10 +210,14 @@ class CpuEngine final : public Engine {
   // core: rounds of 1 and 2 command(s) -18% and -15% (6 pairs); up to 4 keys rather than 2,
   // rounds of 3 and 4 -10% more (4 pairs); up to 8, nothing more for rounds of 6 and 8. Fetching
   // the bottom level's buckets whole too (16 lines a key) was 6% slower than the top level's alone.
+  // Larger batches get nothing: their own pipeline overlaps their misses (rounds of 16: no gain
+  // measured), and the hashing here was pure overhead (kv_round_bench on 16 hot keys, rounds of
+  // 16: +8% a command).
   void prefetch(const void* keys, size_t count) const override {
     constexpr size_t kWholeBucketKeys = 4;
+    if (count > kWholeBucketKeys) return;
     const auto* k = static_cast<const std::byte*>(keys);
-    for (size_t i = 0; i < std::min(count, kSlotDistance); ++i) {
+    for (size_t i = 0; i < count; ++i) {
       Probe p;
       table_.prepare(p, k + i * KeyWidth);
       if (!table_.mirror_on()) {
@@ -221,7 +225,7 @@ class CpuEngine final : public Engine {
         continue;
       }
       table_.prefetch_tags(p);
-      if (count <= kWholeBucketKeys) table_.prefetch_top_buckets(p);
+      table_.prefetch_top_buckets(p);
     }
   }
 
