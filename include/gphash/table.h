@@ -227,8 +227,8 @@ class Table {
   // A hint: starts fetching what a batch on these keys (`count` keys of the table's key width,
   // side by side) reads first, so the caller's work until it runs the batch overlaps those cache
   // misses (CPU engine: the first few keys' candidate tag words or buckets; other engines and
-  // sharded tables: nothing). Changes nothing and never fails. Call it from the thread that runs
-  // this table's batches, not while one runs: it reads the table's geometry without the batch lock.
+  // sharded tables: nothing). Changes nothing, never fails or waits, and may be called from any
+  // thread: while a writing batch holds the table it does nothing.
   void prefetch(const void* keys, size_t count) const;
 
   // Device sessions (GPU engine): user kernels on `stream` work on the table through a

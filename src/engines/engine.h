@@ -97,7 +97,7 @@ class Engine {
     execute(batch);
     return nullptr;
   }
-  // Table::prefetch: a hint, called between batches by the thread that runs them.
+  // Table::prefetch: a hint, called with the table's batches shared (no writing batch runs).
   virtual void prefetch(const void* keys, size_t count) const {
     (void)keys;
     (void)count;

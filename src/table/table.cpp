@@ -359,7 +359,9 @@ BatchEvent Table::submit(const Batch& b) {
 }
 
 void Table::prefetch(const void* keys, size_t count) const {
-  if (impl_->engine && impl_->failure.empty()) impl_->engine->prefetch(keys, count);
+  // A hint may be dropped: while a writing batch holds the table (it may be resizing), none.
+  std::shared_lock lock(impl_->batches, std::try_to_lock);
+  if (lock.owns_lock() && impl_->engine && impl_->failure.empty()) impl_->engine->prefetch(keys, count);
 }
 
 BatchEvent Table::execute_async(const Batch& b, CUstream_st* stream) {
