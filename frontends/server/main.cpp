@@ -182,11 +182,13 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < o.threads; ++i) workers.push_back(std::make_unique<Worker>(ctx, i));
   for (auto& w : workers) ctx.workers.push_back(w.get());
+  // Read before the workers start: it asks the table for its info, which rounds change.
+  const std::string index_engine = stores.front()->index_engine();
   for (auto& w : workers) w->start();
   // Tests and scripts read this line to learn the port (-p 0 picks a free one).
   std::printf("gphash-server: listening on %s:%u (%s mode, %s index, %d threads, %d partitions)\n", o.listen.c_str(),
-              ctx.options.port, o.mode == kv::Mode::kStore ? "store" : "cache", stores.front()->index_engine().c_str(),
-              o.threads, o.partitions);
+              ctx.options.port, o.mode == kv::Mode::kStore ? "store" : "cache", index_engine.c_str(), o.threads,
+              o.partitions);
   std::fflush(stdout);
 
   int sig = 0;
