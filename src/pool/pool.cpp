@@ -314,7 +314,7 @@ std::unique_ptr<Pool> Pool::open(const std::string& spec, const OpenOptions& opt
   if (fstat(pool->fd_, &st) != 0) io_error("cannot stat pool", loc.path, errno);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   ChosenHeader chosen = choose_header(pool->fd_, loc.path, size);
-  pool->header_ = chosen.header;
+  pool->set_header(chosen.header);
   pool->current_copy_ = chosen.copy;
   pool->other_copy_invalid_ = chosen.other_invalid;
   if (options.copy_on_write) pool->persist_mode_ = PersistMode::kOrdered;  // nothing reaches the file
@@ -601,6 +601,12 @@ void Pool::mark_clean(uint64_t item_count) {
   write_header(h);
 }
 
+void Pool::set_header(const PoolHeader& h) {
+  header_ = h;
+  if (attachment_offset_ != h.attachment_offset) attachment_offset_ = h.attachment_offset;
+  if (attachment_bytes_ != h.attachment_bytes) attachment_bytes_ = h.attachment_bytes;
+}
+
 void Pool::write_header(PoolHeader h) {
   if (read_only_) throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", path_));
   h.generation = header_.generation + 1;
@@ -612,7 +618,7 @@ void Pool::write_header(PoolHeader h) {
   persist(dst, sizeof h);
   GPHASH_CRASH_POINT("header.after_persist");
   if (persist_mode_ == PersistMode::kMsync && msync(dst, sizeof h, MS_SYNC) != 0) io_error("cannot sync the header of", path_, errno);
-  header_ = h;
+  set_header(h);
   current_copy_ = target;
   other_copy_invalid_ = false;
 }
@@ -640,7 +646,7 @@ void Pool::write_initial_header(PoolHeader h) {
   format::seal(h);
   for (uint64_t off : format::kHeaderCopyOffset) std::memcpy(static_cast<void*>(at<PoolHeader>(off)), &h, sizeof h);
   persist(base_, 2 * sizeof h);
-  header_ = h;
+  set_header(h);
   current_copy_ = 0;
   sync();
 }

@@ -139,8 +139,7 @@ class Pool {
 
   // The application region (format/header.h attachment_offset); empty when the pool has none.
   std::span<std::byte> attachment() const {
-    return header_.attachment_bytes ? std::span<std::byte>(base_ + header_.attachment_offset, header_.attachment_bytes)
-                                    : std::span<std::byte>();
+    return attachment_bytes_ ? std::span<std::byte>(base_ + attachment_offset_, attachment_bytes_) : std::span<std::byte>();
   }
 
   format::MaintenanceRecord* maintenance() const { return at<format::MaintenanceRecord>(format::kMaintenanceOffset); }
@@ -173,6 +172,11 @@ class Pool {
   uint64_t file_size_ = 0;  // bytes mapped (= the file's size)
   uint64_t max_size_ = 0;
   format::PoolHeader header_{};
+  // header_'s attachment fields, kept apart for attachment(): a store's rounds read them while a
+  // snapshot rewrites header_, and they change only where those rounds are held off
+  // (Table::create_attachment), so only a change is written here (set_header).
+  uint64_t attachment_offset_ = 0, attachment_bytes_ = 0;
+  void set_header(const format::PoolHeader& h);
   std::unique_ptr<DirtyPages> dirty_pages_;  // sized to the reservation in map_file()
   int current_copy_ = 0;
   bool other_copy_invalid_ = false;
