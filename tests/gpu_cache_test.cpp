@@ -256,7 +256,7 @@ TEST(BucketCache, ACompleteCopyServesEveryHitAfterItsOnePhase) {
 }
 
 // Four keys take 80% of each batch: runs of ~1,600 operations, which long_run_kernel shares
-// among a block's warps, answered from cached lines and values (a complete cache, and sampled LFU
+// among blocks (a window of 512 each), answered from cached lines and values (a complete cache, and sampled LFU
 // over half the buckets) while the writes go to the pool and then to the lines; against the
 // model, then checked and read by the CPU engine.
 TEST(BucketCache, LongRunsOfHotKeysMatchTheModel) {

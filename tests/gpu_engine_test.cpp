@@ -577,27 +577,71 @@ TEST(GpuEngine, FreedCellsComeBackWithoutSharingOrGrowth) {
   }
 }
 
-// Long runs (kLongRun operations or more: warp_ops.cuh) are shared by a block of long_run_kernel.
-// A run is a hash prefix, so two keys whose 32-bit prefixes collide share one; the block then
-// hands it to one warp, one operation at a time. Two such pairs (one colliding in the low half of
-// the hash, which GPU memory plans by, one in the high half, by which host-mapped batches are
-// ordered), each key ~1,500 times in a batch of mixed operations with other keys around them,
-// against the model, in both placements and with the batch in host and GPU memory.
+// One batch of 8-byte keys and values with the given keys and operations (random input values),
+// from host or GPU memory, checked operation by operation against the model.
+void execute_against_model(Table& t, Model& model, const std::vector<uint64_t>& keys, const std::vector<Op>& ops,
+                           std::mt19937_64& rng, MemorySpace memory, const std::string& where) {
+  const size_t n = keys.size();
+  std::string values = random_bytes(rng, n * 8), out(n * 8, '\0');
+  std::vector<OpStatus> status(n);
+  const bool device = memory == MemorySpace::kDevice;
+  void *dkeys = nullptr, *dops = nullptr, *dvalues = nullptr, *dout = nullptr, *dstatus = nullptr;
+  if (device) {
+    for (void** p : {&dkeys, &dvalues, &dout}) ASSERT_EQ(cudaMalloc(p, n * 8), cudaSuccess);
+    for (void** p : {&dops, &dstatus}) ASSERT_EQ(cudaMalloc(p, n), cudaSuccess);
+    cudaMemcpy(dkeys, keys.data(), n * 8, cudaMemcpyHostToDevice);
+    cudaMemcpy(dvalues, values.data(), n * 8, cudaMemcpyHostToDevice);
+    cudaMemcpy(dops, ops.data(), n, cudaMemcpyHostToDevice);
+  }
+  Batch b;
+  b.size = n;
+  b.key_width = 8;
+  b.value_width = 8;
+  b.memory = memory;
+  b.ops = device ? static_cast<const Op*>(dops) : ops.data();
+  b.keys = device ? dkeys : keys.data();
+  b.values = device ? dvalues : values.data();
+  b.values_out = device ? dout : out.data();
+  b.status = device ? static_cast<OpStatus*>(dstatus) : status.data();
+  t.execute(b);
+  if (device) {
+    cudaMemcpy(out.data(), dout, n * 8, cudaMemcpyDeviceToHost);
+    cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
+    for (void* p : {dkeys, dops, dvalues, dout, dstatus}) cudaFree(p);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    std::string key(reinterpret_cast<const char*>(&keys[i]), 8), found;
+    ASSERT_EQ(status[i], model.apply(ops[i], key, values.substr(i * 8, 8), &found)) << where << ", operation " << i;
+    if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
+      ASSERT_EQ(out.substr(i * 8, 8), found) << where << ": value differs at " << i;
+    }
+  }
+  ASSERT_EQ(t.size(), model.size()) << where;
+}
+
+// Two 8-byte keys whose hashes agree in the 32 bits from `shift` (a birthday search): a plan
+// orders by such a prefix (GPU memory by the low half, host-mapped batches by the high half), so
+// both keys' operations make one run.
+std::pair<uint64_t, uint64_t> keys_sharing_a_prefix(uint64_t pool_seed, int shift) {
+  const uint64_t seed0 = format::hash_seed_for(pool_seed, 0);
+  std::unordered_map<uint32_t, uint64_t> seen;
+  for (uint64_t k = 1;; ++k) {
+    const uint32_t prefix = static_cast<uint32_t>(format::xxh64_words<1>(&k, seed0) >> shift);
+    auto [it, inserted] = seen.emplace(prefix, k);
+    if (!inserted) return {it->second, k};
+  }
+}
+
+// Long runs (those that cover a window of kLongRunWindow plan positions: warp_ops.cuh) are shared
+// by blocks of long_run_kernel. Two keys whose 32-bit prefixes collide share a run; it is then
+// walked by one warp, one operation at a time. Two such pairs (one colliding in the low half of
+// the hash, one in the high half), each key ~1,500 times in a batch of mixed operations with other
+// keys around them, against the model, in both placements and with the batch in host and GPU memory.
 TEST(GpuEngine, LongRunsOfKeysThatShareAHashPrefixMatchTheModel) {
   REQUIRE_GPU();
   const uint64_t pool_seed = 0x5eed;
-  const uint64_t seed0 = format::hash_seed_for(pool_seed, 0);
-  // Two keys whose hashes agree in the bits `shift` selects (birthday search).
-  auto colliding_pair = [&](int shift) {
-    std::unordered_map<uint32_t, uint64_t> seen;
-    for (uint64_t k = 1;; ++k) {
-      const uint32_t prefix = static_cast<uint32_t>(format::xxh64_words<1>(&k, seed0) >> shift);
-      auto [it, inserted] = seen.emplace(prefix, k);
-      if (!inserted) return std::pair{it->second, k};
-    }
-  };
-  const auto [low_a, low_b] = colliding_pair(0);
-  const auto [high_a, high_b] = colliding_pair(32);
+  const auto [low_a, low_b] = keys_sharing_a_prefix(pool_seed, 0);
+  const auto [high_a, high_b] = keys_sharing_a_prefix(pool_seed, 32);
   const uint64_t hot[] = {low_a, low_b, high_a, high_b};
   for (Placement placement : {Placement::kGpuMemory, Placement::kHostMapped})
     for (MemorySpace memory : {MemorySpace::kHost, MemorySpace::kDevice}) {
@@ -610,48 +654,62 @@ TEST(GpuEngine, LongRunsOfKeysThatShareAHashPrefixMatchTheModel) {
       for (int round = 0; round < 6; ++round) {
         std::vector<uint64_t> keys(n);
         std::vector<Op> ops(n);
-        std::string values = random_bytes(rng, n * 8), out(n * 8, '\0');
-        std::vector<OpStatus> status(n);
         for (size_t i = 0; i < n; ++i) {
           keys[i] = rng() % 4 ? hot[rng() % 4] : (uint64_t{1} << 40) + rng() % 500;
           ops[i] = rng() % 3 ? Op::kSearch : static_cast<Op>(rng() % 5);
         }
-        const bool device = memory == MemorySpace::kDevice;
-        void *dkeys = nullptr, *dops = nullptr, *dvalues = nullptr, *dout = nullptr, *dstatus = nullptr;
-        if (device) {
-          for (void** p : {&dkeys, &dvalues, &dout}) ASSERT_EQ(cudaMalloc(p, n * 8), cudaSuccess);
-          for (void** p : {&dops, &dstatus}) ASSERT_EQ(cudaMalloc(p, n), cudaSuccess);
-          cudaMemcpy(dkeys, keys.data(), n * 8, cudaMemcpyHostToDevice);
-          cudaMemcpy(dvalues, values.data(), n * 8, cudaMemcpyHostToDevice);
-          cudaMemcpy(dops, ops.data(), n, cudaMemcpyHostToDevice);
-        }
-        Batch b;
-        b.size = n;
-        b.key_width = 8;
-        b.value_width = 8;
-        b.memory = memory;
-        b.ops = device ? static_cast<const Op*>(dops) : ops.data();
-        b.keys = device ? dkeys : keys.data();
-        b.values = device ? dvalues : values.data();
-        b.values_out = device ? dout : out.data();
-        b.status = device ? static_cast<OpStatus*>(dstatus) : status.data();
-        t.execute(b);
-        if (device) {
-          cudaMemcpy(out.data(), dout, n * 8, cudaMemcpyDeviceToHost);
-          cudaMemcpy(status.data(), dstatus, n, cudaMemcpyDeviceToHost);
-          for (void* p : {dkeys, dops, dvalues, dout, dstatus}) cudaFree(p);
-        }
-        for (size_t i = 0; i < n; ++i) {
-          std::string key(reinterpret_cast<const char*>(&keys[i]), 8), found;
-          ASSERT_EQ(status[i], model.apply(ops[i], key, values.substr(i * 8, 8), &found)) << "round " << round << " " << i;
-          if (ops[i] == Op::kSearch && status[i] == OpStatus::kOk) {
-            ASSERT_EQ(out.substr(i * 8, 8), found) << "value differs at " << i << " in round " << round;
-          }
-        }
-        ASSERT_EQ(t.size(), model.size());
+        ASSERT_NO_FATAL_FAILURE(execute_against_model(t, model, keys, ops, rng, memory, "round " + std::to_string(round)));
       }
       const CheckResult check = t.check();
       EXPECT_TRUE(check.ok) << check.violation;
+    }
+}
+
+// Runs of every shape long_run_kernel meets: one key with ~40% of a batch (~77 windows, so a
+// window's look-back reads more than one group of 32), runs that cover one window with positions
+// before and after it, runs just too short to cover one (left to the batch kernel), and a run of
+// two keys sharing a prefix whose first windows hold only the first key (those windows answer,
+// then the last window sees the second key and walks the whole run again). Every kind of
+// operation, so a key is erased and inserted again within one window and across windows; the
+// batch does not end on a window's edge. Against the model, both placements, batches in host and
+// GPU memory.
+TEST(GpuEngine, LongRunsAcrossManyWindowsMatchTheModel) {
+  REQUIRE_GPU();
+  const uint64_t pool_seed = 0x10ad;
+  for (Placement placement : {Placement::kGpuMemory, Placement::kHostMapped})
+    for (MemorySpace memory : {MemorySpace::kHost, MemorySpace::kDevice}) {
+      const std::string where = std::string(placement == Placement::kGpuMemory ? "GPU memory" : "host-mapped") +
+                                (memory == MemorySpace::kDevice ? ", batch in GPU memory" : ", batch in host memory");
+      const auto [early, late] = keys_sharing_a_prefix(pool_seed, placement == Placement::kGpuMemory ? 0 : 32);
+      TempPool pool("long-windows");
+      Table t = Table::create(pool.path(), TableConfig{8, 8, {2, 2, 8}, 1 << 14, pool_seed}, gpu(placement));
+      std::mt19937_64 rng(41);
+      Model model;
+      const size_t n = 98'304 + 300;
+      // (key, operations): the hot key, runs around one window's length, and the shared prefix.
+      const std::pair<uint64_t, size_t> hot[] = {{7, 39'000}, {8, 1'100}, {9, 1'030}, {10, 700}, {11, 513}, {12, 511}};
+      for (int round = 0; round < 4; ++round) {
+        std::vector<uint64_t> keys(n);
+        for (size_t i = 0; i < n; ++i) keys[i] = (uint64_t{1} << 40) + rng() % 20'000;
+        std::vector<size_t> slots(n);
+        std::iota(slots.begin(), slots.end(), size_t{0});
+        std::shuffle(slots.begin(), slots.end(), rng);
+        size_t next = 0;
+        for (const auto& [key, count] : hot)
+          for (size_t c = 0; c < count; ++c) keys[slots[next++]] = key;
+        // The shared prefix: `early` in the batch's first half, `late` in its second, so the run's
+        // windows hold `early` alone until its end.
+        for (size_t c = 0; c < 2'600; ++c) keys[rng() % (n / 2)] = early;
+        for (size_t c = 0; c < 400; ++c) keys[n / 2 + rng() % (n / 2)] = late;
+        std::vector<Op> ops(n);
+        for (size_t i = 0; i < n; ++i) {
+          const uint64_t r = rng() % 20;
+          ops[i] = r < 12 ? Op::kSearch : r < 14 ? Op::kUpdate : r < 16 ? Op::kUpsert : r < 18 ? Op::kInsert : Op::kErase;
+        }
+        ASSERT_NO_FATAL_FAILURE(execute_against_model(t, model, keys, ops, rng, memory, where + ", round " + std::to_string(round)));
+      }
+      const CheckResult check = t.check();
+      EXPECT_TRUE(check.ok) << where << ": " << check.violation;
     }
 }
 

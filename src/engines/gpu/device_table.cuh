@@ -40,6 +40,8 @@ inline constexpr uint32_t kDirtyPageShift = 12;  // dirty marks are per 4 KiB pa
 // retry sees the newest value instead of a stale L1 line.
 __device__ __forceinline__ uint64_t load_volatile(const uint64_t* p) { return *reinterpret_cast<const volatile uint64_t*>(p); }
 __device__ __forceinline__ uint8_t load_volatile(const uint8_t* p) { return *reinterpret_cast<const volatile uint8_t*>(p); }
+__device__ __forceinline__ uint32_t load_volatile(const uint32_t* p) { return *reinterpret_cast<const volatile uint32_t*>(p); }
+__device__ __forceinline__ void store_volatile(uint32_t* p, uint32_t v) { *reinterpret_cast<volatile uint32_t*>(p) = v; }
 
 // A slot's state word and value word where they share 16 aligned bytes (8-byte keys): one load,
 // so one request (over PCIe for a host-mapped table) instead of two.
@@ -171,8 +173,8 @@ struct BatchCounters {
   int repeats;                      // plan: the batch repeats a key (plan_kernel's check)
   unsigned long long serial_runs;   // runs the batch kernel left to the serial pass
   unsigned long long serial_taken;  // ... of which a warp of the serial pass has taken
-  unsigned long long long_runs;     // runs of kLongRun or more the plan listed for long_run_kernel
-  unsigned long long long_taken;    // ... of which a block of long_run_kernel has taken
+  unsigned long long long_windows;        // windows wholly in one run, which the plan counted
+  unsigned long long long_windows_taken;  // windows (any) a block of long_run_kernel has taken
 };
 
 // Results of table-wide passes (open, recovery, resize, export), kept apart from a batch's

@@ -547,74 +547,179 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }
 
-// The long-run pass: the runs of kLongRun operations or more that the plan listed (Zipf-hot
-// keys'), each shared by a block, beside the batch and serial passes or after them
-// (GpuEngine::launch_long_runs). The passes skip these runs; their keys are the runs' alone, and
-// what the passes share, slots, cells and counters, they take atomically, as warps of one pass
-// do. Every warp takes a span of whole rounds of the run and composes its operations'
-// transitions; warp 0 meanwhile probes the key. After one barrier each warp has the key's state
-// before its span (the state before the run through the spans before it) and answers its span;
-// after another, warp 0 makes the run's one write, as WarpOps::group does (a failure hands the run
-// to the slow path, whose rerun walks it with one warp and answers every operation again). A run
-// whose prefix two keys share, or of a reserved key, is walked by warp 0 as WarpOps::run walks it.
-inline constexpr int kLongRunWarps = 16;
+// The long-run pass: the runs that cover a whole window of kLongRunWindow plan positions (Zipf-hot
+// keys'), shared among blocks, a block per window, beside the batch and serial passes or after
+// them (GpuEngine::launch_long_runs). The passes skip these runs; their keys are the runs' alone,
+// and what the passes share, slots, cells and counters, they take atomically, as warps of one
+// pass do. A run's first window also takes the run's positions before it, its last those after
+// it. A block's warps each compose the transitions of a span of the window (warp 0 meanwhile
+// probes the key); the block publishes the window's (LongWindow), then composes those of the
+// run's windows before it (look_back), answers its positions and says it is done. Blocks take
+// windows in order and publish before they wait, so every window a block waits for is held by a
+// block that is running and does not wait for it. The run's last window waits until the others
+// are done (their answers read the value's cached bytes, which the write replaces) and makes the
+// run's one write, as WarpOps::group does (a failure hands the run to the slow path, whose rerun
+// walks it with one warp and answers every operation again). A run whose prefix two keys share,
+// or of a reserved key, is walked by the last window's warp 0 as WarpOps::run walks it, after the
+// others are done. Transitions hold batch positions, not run positions (a chunk < 2^30).
+inline constexpr int kLongRunWarps = kLongRunWindow / 32;
+
+// One window's part of its run, published for the windows after it; valid when `ready` (or
+// `done`) holds the launch's epoch, so the records need no clearing between batches.
+struct LongWindow {
+  Transition total;  // the window's positions' composed transition
+  uint32_t ref;      // the operation whose key the window's keys were compared with
+  uint32_t begin;    // the run's first position (a first window's)
+  uint32_t differs;  // a key in the window other than ref's
+  uint32_t ready;    // the epoch once the fields above are written
+  uint32_t done;     // the epoch once the window's answers are written
+};
+
+// The run's windows before window `a`, composed in order, read by warp 0 of a's block 32 at a
+// time (lane l: window hi - 1 - l); window w is the run's if its first sort key is the run's (the
+// keys are sorted and a is the run's).
+struct LookBack {
+  Transition before = kIdentity;
+  bool differs = false;
+  uint32_t begin = 0;  // the run's first position
+  size_t first = 0;    // the run's first window
+};
+template <class T>
+__device__ LookBack look_back(const BatchView& bv, const LongWindow* windows, uint32_t epoch, size_t a, uint32_t sort_key,
+                              const KeyProbe<T>& p, int lane) {
+  LookBack lb;
+  lb.first = a;
+  for (size_t hi = a;; hi -= 32) {
+    const size_t w = hi - 1 - lane;
+    const bool in_run = hi > size_t(lane) && bv.sort_keys[w * kLongRunWindow] == sort_key;
+    const uint32_t lanes = __ballot_sync(kFullMask, in_run);  // lanes 0 .. k - 1
+    Transition x = kIdentity;
+    bool other = false;
+    uint32_t begin = 0;
+    if (in_run) {
+      const LongWindow& r = windows[w];
+      while (load_volatile(&r.ready) != epoch) {
+      }
+      __threadfence();
+      x = load_volatile(&r.total);
+      begin = load_volatile(&r.begin);
+      other = load_volatile(&r.differs) != 0;
+      const uint64_t* k = bv.keys + size_t{load_volatile(&r.ref)} * T::kKeyWords;
+#pragma unroll
+      for (int i = 0; i < T::kKeyWords; ++i) other |= k[i] != p.key[i];
+    }
+    // Lane 0 composes lanes 0..31, the earlier windows in the higher lanes.
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const Transition earlier = __shfl_down_sync(kFullMask, x, o);
+      if (lane + o < 32) x = compose(earlier, x);
+    }
+    lb.before = compose(__shfl_sync(kFullMask, x, 0), lb.before);
+    lb.differs |= __any_sync(kFullMask, other);
+    const int k = __popc(lanes);
+    if (k) lb.begin = __shfl_sync(kFullMask, begin, k - 1), lb.first = hi - k;
+    if (lanes != kFullMask) return lb;
+  }
+}
 
 // One block an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled
 // 650 bytes).
 template <Access A, class T>
-__global__ void __launch_bounds__(kLongRunWarps * 32, 1) long_run_kernel(const __grid_constant__ T t,
-                                                                      const __grid_constant__ BatchContext ctx,
-                                                                      const __grid_constant__ BatchView bv) {
-  const unsigned long long runs = *reinterpret_cast<volatile unsigned long long*>(&ctx.counters->long_runs);
-  if (runs == 0) return;
+__global__ void __launch_bounds__(kLongRunWarps * 32, 1)
+    long_run_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
+                    const __grid_constant__ BatchView bv, LongWindow* windows, uint32_t epoch) {
+  constexpr size_t P = kLongRunWindow;
+  if (*reinterpret_cast<volatile unsigned long long*>(&ctx.counters->long_windows) == 0) return;
   __shared__ unsigned long long taken;
-  __shared__ Transition totals[kLongRunWarps];
-  __shared__ bool present;
+  __shared__ Transition totals[kLongRunWarps], before;
+  __shared__ bool present, walk;
   __shared__ uint64_t stored;
   __shared__ const std::byte* cached_value;
+  __shared__ uint32_t run_begin;
+  __shared__ unsigned long long first_window;
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   long long delta = 0;
   WarpOps<A, T> ops{t, ctx, bv, lane, delta};
   for (;;) {
-    if (threadIdx.x == 0) taken = atomicAdd(&ctx.counters->long_taken, 1ull);
+    __syncthreads();  // every thread has read the shared state of the block's last window
+    if (threadIdx.x == 0) taken = atomicAdd(&ctx.counters->long_windows_taken, 1ull);
     __syncthreads();
-    const unsigned long long k = taken;
-    if (k >= runs) break;
-    const size_t begin = bv.long_runs[k], end = run_end(bv, begin, lane);
+    const size_t a = taken, w0 = a * P;
+    if (w0 + P > bv.n) break;
+    const uint32_t sort_key = bv.sort_keys[w0];
+    if (bv.sort_keys[w0 + P - 1] != sort_key) continue;  // not wholly one run's
+    const bool first = a == 0 || bv.sort_keys[w0 - P] != sort_key;
+    const bool last = w0 + 2 * P > bv.n || bv.sort_keys[w0 + 2 * P - 1] != sort_key;
+    // A thread per position of the window before (first) and after (last): which are the run's.
+    const bool head = first && threadIdx.x + 1 < P && threadIdx.x < w0 && bv.sort_keys[w0 - 1 - threadIdx.x] == sort_key;
+    const bool tail = last && w0 + P + threadIdx.x < bv.n && bv.sort_keys[w0 + P + threadIdx.x] == sort_key;
+    const size_t from = w0 - __syncthreads_count(head), to = w0 + P + __syncthreads_count(tail);
+    const uint32_t ref = bv.op_index(w0);
     KeyProbe<T> p;
-    make_probe(t, bv.keys + size_t{bv.op_index(begin)} * T::kKeyWords, p);
-    const size_t rounds_per_warp = ((end - begin + 31) / 32 + kLongRunWarps - 1) / kLongRunWarps;
-    const size_t span_begin = begin + warp * rounds_per_warp * 32;
-    const size_t from = span_begin < end ? span_begin : end;
-    const size_t to = from + rounds_per_warp * 32 < end ? from + rounds_per_warp * 32 : end;
+    make_probe(t, bv.keys + size_t{ref} * T::kKeyWords, p);
+    const bool reserved = WarpOps<A, T>::reserved(p);
+    const size_t rounds_per_warp = ((to - from + 31) / 32 + kLongRunWarps - 1) / kLongRunWarps;
+    const size_t span_begin = from + warp * rounds_per_warp * 32;
+    const size_t span_from = span_begin < to ? span_begin : to;
+    const size_t span_to = span_from + rounds_per_warp * 32 < to ? span_from + rounds_per_warp * 32 : to;
     typename WarpOps<A, T>::RunStart start{};
-    if (warp == 0 && !WarpOps<A, T>::reserved(p)) {
-      start = ops.start_run(p, end - begin);
+    if (warp == 0 && !reserved) {
+      start = ops.start_run(p, to - from, /*writer=*/last);
       if (lane == 0) present = start.present, stored = start.stored, cached_value = start.cached_value;
     }
     bool differs = false;
-    const Transition span = ops.span_transition(begin, from, to, p, &differs);
+    const Transition span = ops.span_transition(0, span_from, span_to, p, &differs);
     if (lane == 0) totals[warp] = span;
-    if (__syncthreads_or(differs) || WarpOps<A, T>::reserved(p)) {
-      if (warp == 0) {
-        size_t resume = begin;
-        const RunResult r = ops.run(begin, end, SlowPathFlags{}, &resume);
-        if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
-      }
-      __syncthreads();  // `taken` is read by every thread before thread 0 takes the next run
-      continue;
-    }
-    KeyState carry{present, kFromTable};
-    for (int w = 0; w < warp; ++w) carry = apply(totals[w], carry);
-    ops.answer_span(begin, from, to, carry, stored, cached_value, p.hash[0]);
-    __syncthreads();  // every answer is written before warp 0's write (its fallback may answer again)
+    const bool window_differs = __syncthreads_or(differs);
+    Transition total = kIdentity;
+    for (int w = 0; w < kLongRunWarps; ++w) total = compose(total, totals[w]);
     if (warp == 0) {
-      KeyState final_state{start.present, kFromTable};
-      for (int w = 0; w < kLongRunWarps; ++w) final_state = apply(totals[w], final_state);
-      const RunResult r = ops.finish_run(p, start, final_state, begin, end, SlowPathFlags{});
-      if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, begin, r);
+      if (lane == 0) {
+        LongWindow& r = windows[a];
+        r.total = total;
+        r.ref = ref;
+        r.begin = static_cast<uint32_t>(from);
+        r.differs = window_differs;
+        __threadfence();
+        store_volatile(&r.ready, epoch);
+      }
+      LookBack lb;
+      lb.begin = static_cast<uint32_t>(from);
+      lb.first = a;
+      if (!first) lb = look_back(bv, windows, epoch, a, sort_key, p, lane);
+      if (lane == 0) {
+        before = lb.before;
+        run_begin = lb.begin;
+        first_window = lb.first;
+        walk = reserved || window_differs || lb.differs;
+      }
     }
-    __syncthreads();  // shared state is read by every warp before the next run overwrites it
+    __syncthreads();
+    if (!walk) {
+      KeyState carry = apply(before, KeyState{present, kFromTable});
+      for (int w = 0; w < warp; ++w) carry = apply(totals[w], carry);
+      ops.answer_span(0, span_from, span_to, carry, stored, cached_value, p.hash[0]);
+    }
+    __syncthreads();  // every answer is written before the window is done
+    if (threadIdx.x == 0) {
+      __threadfence();
+      store_volatile(&windows[a].done, epoch);
+    }
+    if (!last || warp != 0) continue;
+    for (size_t w = first_window + lane; w < a; w += 32)
+      while (load_volatile(&windows[w].done) != epoch) {
+      }
+    __syncwarp();
+    __threadfence();
+    if (walk) {
+      size_t resume = run_begin;
+      const RunResult r = ops.run(run_begin, to, SlowPathFlags{}, &resume);
+      if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
+    } else {
+      const KeyState final_state = apply(compose(before, total), KeyState{start.present, kFromTable});
+      const RunResult r = ops.finish_run(p, start, final_state, 0, to, SlowPathFlags{});
+      if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, run_begin, r);
+    }
   }
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }

@@ -52,6 +52,7 @@
 namespace gphash::engine::gpu {
 
 inline constexpr size_t kMaxChunk = size_t{1} << 24;  // operations per launch sequence (32-bit plan indices)
+static_assert(kMaxChunk < kFromTable, "long_run_kernel's transitions hold batch positions");
 inline constexpr size_t kLongRunsBesideMappedFrom = size_t{1} << 20;  // launch_long_runs
 inline constexpr uint64_t kSerialLimit = 256;         // runs the one-warp displacement path takes on
 inline constexpr int kBlock = 256;
@@ -67,21 +68,18 @@ namespace {
 // After the sort. A batch of searches only needs no plan in GPU memory (searches of one key
 // commute): when `writes` says it has none, every plan position becomes a run of its own, so a
 // Zipf-hot key's searches spread over all warps instead of one warp walking them all. Otherwise,
-// with `long_runs`, the runs of kLongRun operations or more are listed for long_run_kernel, so it
-// can run beside the batch kernel instead of after it (a run starts where the sort key changes
-// and is long if the key is the same kLongRun - 1 positions on: the keys are sorted).
-__global__ void finish_plan_kernel(uint32_t* sort_keys, size_t n, const uint32_t* writes, uint32_t* long_runs,
-                                   unsigned long long* listed) {
+// with `long_windows`, it counts the windows of kLongRunWindow positions that lie wholly in one run
+// (the keys are sorted: the window's first and last sort keys are equal), so long_run_kernel,
+// which may run beside the batch kernel, ends at once when there are none.
+__global__ void finish_plan_kernel(uint32_t* sort_keys, size_t n, const uint32_t* writes, unsigned long long* long_windows) {
   const size_t i = size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if (writes && *writes == 0) {
     sort_keys[i] = static_cast<uint32_t>(i);
     return;
   }
-  if (!long_runs || i + kLongRun > n) return;
-  const uint32_t key = sort_keys[i];
-  if ((i == 0 || sort_keys[i - 1] != key) && sort_keys[i + kLongRun - 1] == key)
-    long_runs[atomicAdd(listed, 1ull)] = static_cast<uint32_t>(i);
+  if (long_windows && i % kLongRunWindow == 0 && i + kLongRunWindow <= n && sort_keys[i] == sort_keys[i + kLongRunWindow - 1])
+    atomicAdd(long_windows, 1ull);
 }
 
 }  // namespace
@@ -662,8 +660,10 @@ class GpuEngine final : public Engine {
     bv.pending = pending_[0].get();
     // The serial pass's list borrows the slow path's second buffer: the slow path starts after it.
     bv.serial = pending_[1].get();
-    long_runs_.reserve(n / kLongRun + 1);
-    bv.long_runs = long_runs_.get();
+    if (n / kLongRunWindow > long_windows_.size()) {  // long_run_kernel's records start with no epoch
+      long_windows_.reserve(n / kLongRunWindow);
+      GPHASH_CUDA(cudaMemsetAsync(long_windows_.get(), 0, long_windows_.size() * sizeof(LongWindow), stream));
+    }
     return bv;
   }
 
@@ -726,12 +726,12 @@ class GpuEngine final : public Engine {
       // M/s at 2^20, 26.8 -> 33.5 at 2^16, 25.8 -> 29.3 at 2^15; misses, which the tag mirror
       // answers without the host, pay the sort: 532 -> 337 M/s at 2^16 (+1.1 ns an operation
       // against -7.5 for a hit), 474 -> 229 at 2^15. Hence from 2^16.
-      plan(bv, false, false, /*list_long_runs=*/false, stream);
+      plan(bv, false, false, /*count_long_windows=*/false, stream);
       bv.sort_keys = nullptr;
     } else if (stats_.last_batch_planned) {
       bool check_repeats = gpu_memory_ && !search_only && host_waits && bv.n >= kCheckRepeatsFrom;
       if (check_repeats && unchecked_left_ > 0) --unchecked_left_, check_repeats = false;
-      stats_.last_batch_planned = plan(bv, ops_unread && !plan_searches, check_repeats, /*list_long_runs=*/true, stream);
+      stats_.last_batch_planned = plan(bv, ops_unread && !plan_searches, check_repeats, /*count_long_windows=*/true, stream);
       if (check_repeats) {
         repeat_streak_ = stats_.last_batch_planned ? std::min(repeat_streak_ + 1, 6u) : 0;
         unchecked_left_ = (1u << repeat_streak_) - 1;
@@ -1053,7 +1053,7 @@ class GpuEngine final : public Engine {
   // runs for long_run_kernel are listed. With `check_repeats` the host first learns whether the
   // batch repeats a key, and one that does not is left unplanned. Returns whether the batch was
   // planned.
-  bool plan(BatchView& bv, bool ops_unread, bool check_repeats, bool list_long_runs, cudaStream_t stream) {
+  bool plan(BatchView& bv, bool ops_unread, bool check_repeats, bool count_long_windows, cudaStream_t stream) {
     const size_t n = bv.n;
     // One graph launch instead of six: the plan of a host-mapped batch of 2^16 takes about 65 us
     // instead of 86 (see launch_plan_graph). Not where check_repeats already waited, nor in a stream
@@ -1077,21 +1077,21 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
                                                 index_out_.get(), static_cast<int>(n), 0, 32, stream));
     sort_temp_.reserve(temp);
-    list_long_runs = list_long_runs && n >= kLongRun;
+    count_long_windows = count_long_windows && n >= kLongRunWindow;
     uint32_t* const writes = ops_unread ? plan_writes_.get() : nullptr;
     const bool by_bucket = !gpu_memory_ && mapped_bucket_order_;
     // The plan's launches after the plan kernel (the memset before it only in a graph).
     auto rest = [&](cudaStream_t s) {
       GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
                                                   index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, s));
-      if (ops_unread || list_long_runs) {
-        finish_plan_kernel<<<blocks_for(n), kBlock, 0, s>>>(prefix_out_.get(), n, writes, list_long_runs ? bv.long_runs : nullptr,
-                                                            &counters_->long_runs);
+      if (ops_unread || count_long_windows) {
+        finish_plan_kernel<<<blocks_for(n), kBlock, 0, s>>>(prefix_out_.get(), n, writes,
+                                                            count_long_windows ? &counters_->long_windows : nullptr);
         GPHASH_CUDA(cudaGetLastError());
       }
     };
     if (as_graph) {
-      launch_plan_graph(bv, n, writes, by_bucket, list_long_runs, rest, stream);
+      launch_plan_graph(bv, n, writes, by_bucket, count_long_windows, rest, stream);
     } else {
       plan_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dt_, bv.keys, n, prefix_in_.get(), index_in_.get(), bv.ops, writes,
                                                         by_bucket);
@@ -1110,7 +1110,7 @@ class GpuEngine final : public Engine {
   // plan's kernels were most of what it saves (bench/results/2026-11-30-plan-graph).
   struct PlanGraph {
     size_t n = 0;
-    const void* buffers[8] = {};
+    const void* buffers[7] = {};
     bool flags[3] = {};
     cudaGraph_t graph = nullptr;  // kept while exec lives: plan_node is one of its nodes
     cudaGraphExec_t exec = nullptr;
@@ -1119,13 +1119,13 @@ class GpuEngine final : public Engine {
   };
   PlanGraph plan_graph_;
   template <class Rest>
-  void launch_plan_graph(const BatchView& bv, size_t n, uint32_t* writes, bool by_bucket, bool list_long_runs, Rest rest,
+  void launch_plan_graph(const BatchView& bv, size_t n, uint32_t* writes, bool by_bucket, bool count_long_windows, Rest rest,
                          cudaStream_t stream) {
-    const void* buffers[8] = {prefix_in_.get(), prefix_out_.get(), index_in_.get(), index_out_.get(), sort_temp_.get(),
-                              writes, bv.long_runs, counters_};
-    const bool flags[3] = {by_bucket, list_long_runs, writes != nullptr};
+    const void* buffers[7] = {prefix_in_.get(), prefix_out_.get(), index_in_.get(), index_out_.get(), sort_temp_.get(),
+                              writes, counters_};
+    const bool flags[3] = {by_bucket, count_long_windows, writes != nullptr};
     PlanGraph& g = plan_graph_;
-    if (!g.exec || g.n != n || !std::equal(buffers, buffers + 8, g.buffers) || !std::equal(flags, flags + 3, g.flags)) {
+    if (!g.exec || g.n != n || !std::equal(buffers, buffers + 7, g.buffers) || !std::equal(flags, flags + 3, g.flags)) {
       if (g.exec) GPHASH_CUDA(cudaGraphExecDestroy(g.exec)), g.exec = nullptr;
       if (g.graph) GPHASH_CUDA(cudaGraphDestroy(g.graph)), g.graph = nullptr;
       cudaStream_t capture = capture_stream_;
@@ -1154,7 +1154,7 @@ class GpuEngine final : public Engine {
       GPHASH_CUDA(cudaGraphInstantiate(&g.exec, graph, 0));
       g.graph = graph;
       g.n = n;
-      std::copy(buffers, buffers + 8, g.buffers);
+      std::copy(buffers, buffers + 7, g.buffers);
       std::copy(flags, flags + 3, g.flags);
     }
     T t = dt_;
@@ -1202,11 +1202,11 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaGetLastError());
   }
 
-  // long_run_kernel, where a batch may hold a run of kLongRun operations (it ends at once if the
-  // plan listed none). In GPU memory, and for host-mapped batches from kLongRunsBesideMappedFrom
+  // long_run_kernel, where a batch may hold a run that covers a long-run window (it ends at once if
+  // the plan counted none). In GPU memory, and for host-mapped batches from kLongRunsBesideMappedFrom
   // operations, on long_stream_ beside the batch and serial passes: launched first and at a higher
   // priority, so its blocks (a whole SM each) find the SMs free, and those that hold no run leave
-  // them to the batch kernel at once. H200, YCSB Zipf 0.99, 16.8 M items, against the same build
+  // them to the batch kernel at once (then a block per run; now a block per window). H200, YCSB Zipf 0.99, 16.8 M items, against the same build
   // in stream order (bench/results/2026-11-30-long-runs-beside): GPU memory, 8-byte keys, 2^20 B
   // 1,118 -> 1,575 M ops/s of device time, A 1,149 -> 1,674; host-mapped, 32-byte keys, complete
   // cache, 2^20 B 604 -> 701, A 384-392 -> 387-437; but at 2^16 host-mapped A lost (154-158 ->
@@ -1215,12 +1215,10 @@ class GpuEngine final : public Engine {
   // makes `stream` wait for it, or launches it in stream order.
   template <Access A>
   bool launch_long_runs(const BatchView& bv, cudaStream_t stream) {
-    if (!bv.sort_keys || bv.n < kLongRun || (!gpu_memory_ && bv.n < kLongRunsBesideMappedFrom)) return false;
-    constexpr int block = kLongRunWarps * 32;
+    if (!bv.sort_keys || bv.n < kLongRunWindow || (!gpu_memory_ && bv.n < kLongRunsBesideMappedFrom)) return false;
     GPHASH_CUDA(cudaEventRecord(long_runs_start_, stream));
     GPHASH_CUDA(cudaStreamWaitEvent(long_stream_, long_runs_start_));
-    long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, long_stream_>>>(dt_, ctx_, bv);
-    GPHASH_CUDA(cudaGetLastError());
+    launch_long_run_kernel<A>(bv, long_stream_);
     GPHASH_CUDA(cudaEventRecord(long_runs_done_, long_stream_));
     return true;
   }
@@ -1228,11 +1226,18 @@ class GpuEngine final : public Engine {
   void join_long_runs(const BatchView& bv, bool beside, cudaStream_t stream) {
     if (beside) {
       GPHASH_CUDA(cudaStreamWaitEvent(stream, long_runs_done_));
-    } else if (bv.sort_keys && bv.n >= kLongRun) {
+    } else if (bv.sort_keys && bv.n >= kLongRunWindow) {
       GPHASH_CUDA(cudaGetLastError());
-      constexpr int block = kLongRunWarps * 32;
-      long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, stream>>>(dt_, ctx_, bv);
+      launch_long_run_kernel<A>(bv, stream);
     }
+  }
+  template <Access A>
+  void launch_long_run_kernel(const BatchView& bv, cudaStream_t stream) {
+    constexpr int block = kLongRunWarps * 32;
+    if (++long_windows_epoch_ == 0) ++long_windows_epoch_;  // 0 marks records never written
+    long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, stream>>>(
+        dt_, ctx_, bv, long_windows_.get(), long_windows_epoch_);
+    GPHASH_CUDA(cudaGetLastError());
   }
 
   // The grid of a kernel whose blocks take work from a shared counter until none is left: as many
@@ -1651,7 +1656,9 @@ class GpuEngine final : public Engine {
   DeviceBuffer<uint64_t> keys_;
   DeviceBuffer<std::byte> values_, out_, sort_temp_;
   DeviceBuffer<uint8_t> ops_, status_;
-  DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2], long_runs_;
+  DeviceBuffer<uint32_t> prefix_in_, prefix_out_, index_in_, index_out_, pending_[2];
+  DeviceBuffer<LongWindow> long_windows_;  // long_run_kernel's records, a window each
+  uint32_t long_windows_epoch_ = 0;        // ... the last launch's
   DeviceBuffer<uint32_t> plan_writes_{1};  // plan(): whether a batch in GPU memory writes
   PinnedBuffer<uint32_t> host_plan_writes_;  // ... read by the host after a check
   DeviceBuffer<uint64_t> repeat_scratch_;  // check_for_repeats: the exact set of hashes, then the bitmaps

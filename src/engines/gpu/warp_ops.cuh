@@ -18,13 +18,18 @@ enum class Access { kMirror, kDirect };
 
 enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
 
-// Runs of at least this many operations (a Zipf-hot key's: ~56,000 of a 2^20 YCSB batch) are
-// listed by the plan for long_run_kernel, where a block shares each one; the batch and serial
-// passes skip them. A warp
-// walking one alone bounded the whole batch: H200, host-mapped, complete cache, Zipf 0.99, 2^20
-// (bench/results/2026-11-30-long-runs): B 233 -> 490 M ops/s of device time (4.5 -> 2.2 ms a
-// batch), A 145-158 -> 225-249; in GPU memory, 8-byte keys, B 295 -> 1,018 and A 279 -> 1,052.
-inline constexpr size_t kLongRun = 512;
+// A run that covers a whole window of this many plan positions (windows start at its multiples)
+// is a Zipf-hot key's (~56,000 operations of a 2^20 YCSB batch): the plan counts such windows, the
+// batch and serial passes skip their runs, and long_run_kernel shares each run among blocks, a
+// block per window. A warp walking one alone bounded the whole batch: H200, host-mapped, complete
+// cache, Zipf 0.99, 2^20 (bench/results/2026-11-30-long-runs): B 233 -> 490 M ops/s of device time
+// (4.5 -> 2.2 ms a batch), A 145-158 -> 225-249; in GPU memory, 8-byte keys, B 295 -> 1,018 and A
+// 279 -> 1,052 (then a block per run; a block per window since bench/results/2026-11-30-long-windows).
+inline constexpr size_t kLongRunWindow = 512;
+
+__host__ __device__ constexpr bool covers_long_window(size_t begin, size_t end) {
+  return (begin + kLongRunWindow - 1) / kLongRunWindow * kLongRunWindow + kLongRunWindow <= end;
+}
 
 // What the slow path allows (it runs between the batch's parallel passes: one warp alone, or in
 // GPU memory first a warp per run; GpuEngine::slow_path).
@@ -47,7 +52,6 @@ struct BatchView {
   const uint32_t* sort_keys;  // sorted hash prefixes marking runs, or null (every op alone)
   uint32_t* pending;          // positions handed to the slow path
   uint32_t* serial;           // positions the batch kernel leaves to the serial pass
-  uint32_t* long_runs;        // first positions of runs left to long_run_kernel (kLongRun or more)
   uint32_t value_width;
 
   __device__ uint32_t op_index(size_t pos) const { return perm ? perm[pos] : static_cast<uint32_t>(pos); }
@@ -373,7 +377,7 @@ struct WarpOps {
   const BatchView& bv;
   int lane;
   long long& item_delta;  // kept by lane 0
-  bool skip_long_runs = false;  // run(): leave runs of kLongRun or more to long_run_kernel
+  bool skip_long_runs = false;  // run(): leave runs that cover a long-run window to long_run_kernel
   // write_value(): leave the barrier after the value word's store to commit(), which the caller
   // runs once after all its runs. Runs are of different keys, and a value word only ever points to
   // a cell made persistent before it, so the last barrier is the only one the batch's durability
@@ -703,7 +707,8 @@ struct WarpOps {
     return result;
   }
 
-  // The key's state before the batch, from one probe by the warp.
+  // The key's state before the batch, from one probe by the warp. Only the key's writer (`writer`)
+  // removes duplicates: readers take the preferred copy, which removing the others leaves alone.
   struct RunStart {
     LaneSlot<T> ls;
     WarpProbe r;
@@ -711,11 +716,11 @@ struct WarpOps {
     uint64_t stored;                  // its value word
     const std::byte* cached_value;    // its value's BktCache copy, or null
   };
-  __device__ RunStart start_run(const KeyProbe<T>& p, size_t operations) {
+  __device__ RunStart start_run(const KeyProbe<T>& p, size_t operations, bool writer = true) {
     RunStart s;
     s.ls = lane_slot(t, p, lane);
     s.r = warp_probe<A>(t, p, s.ls, lane);
-    if (__popc(s.r.found) > 1) remove_duplicates(s.r, s.ls, p);
+    if (writer && __popc(s.r.found) > 1) remove_duplicates(s.r, s.ls, p);
     s.present = s.r.found != 0;
     s.stored = s.present ? value_word_at(s.r, s.ls) : 0;
     s.cached_value = s.present ? cached_value_at(s.r, s.ls, s.stored) : nullptr;
@@ -837,7 +842,7 @@ struct WarpOps {
   // the prefix, they are handled one operation at a time (order within each key is kept).
   // Returns kDone, or the reason and (in *resume) the position the slow path continues at.
   __device__ RunResult run(size_t begin, size_t end, const SlowPathFlags& flags, size_t* resume) {
-    if (skip_long_runs && end - begin >= kLongRun) return RunResult::kDone;  // the plan listed it
+    if (skip_long_runs && covers_long_window(begin, end)) return RunResult::kDone;  // long_run_kernel's
     KeyProbe<T> p;
     make_probe(t, bv.keys + size_t{bv.op_index(begin)} * T::kKeyWords, p);
     bool uniform = true;
