@@ -665,9 +665,10 @@ TEST(GpuEngine, LongRunsOfKeysThatShareAHashPrefixMatchTheModel) {
     }
 }
 
-// Runs of every shape long_run_kernel meets: one key with ~40% of a batch (~77 windows, so a
-// window's look-back reads more than one group of 32), runs that cover one window with positions
-// before and after it, runs just too short to cover one (left to the batch kernel), and a run of
+// Runs of every shape long_run_kernel meets: one key with ~40% of a batch (over a hundred windows,
+// so a window's look-back reads more than one group of 32), runs that cover one window with
+// positions before and after it, runs just too short to cover one (left to the batch kernel),
+// for windows of 256 or 512 positions, and a run of
 // two keys sharing a prefix whose first windows hold only the first key (those windows answer,
 // then the last window sees the second key and walks the whole run again). Every kind of
 // operation, so a key is erased and inserted again within one window and across windows; the
@@ -687,7 +688,8 @@ TEST(GpuEngine, LongRunsAcrossManyWindowsMatchTheModel) {
       Model model;
       const size_t n = 98'304 + 300;
       // (key, operations): the hot key, runs around one window's length, and the shared prefix.
-      const std::pair<uint64_t, size_t> hot[] = {{7, 39'000}, {8, 1'100}, {9, 1'030}, {10, 700}, {11, 513}, {12, 511}};
+      const std::pair<uint64_t, size_t> hot[] = {{7, 39'000}, {8, 1'100}, {9, 1'030}, {10, 700}, {11, 513},
+                                                 {12, 511},    {13, 300},   {14, 257},   {15, 255}};
       for (int round = 0; round < 4; ++round) {
         std::vector<uint64_t> keys(n);
         for (size_t i = 0; i < n; ++i) keys[i] = (uint64_t{1} << 40) + rng() % 20'000;

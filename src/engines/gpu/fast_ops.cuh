@@ -622,10 +622,10 @@ __device__ LookBack look_back(const BatchView& bv, const LongWindow* windows, ui
   }
 }
 
-// One block an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled
+// Two blocks an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled
 // 650 bytes).
 template <Access A, class T>
-__global__ void __launch_bounds__(kLongRunWarps * 32, 1)
+__global__ void __launch_bounds__(kLongRunWarps * 32, 2)
     long_run_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
                     const __grid_constant__ BatchView bv, LongWindow* windows, uint32_t epoch) {
   constexpr size_t P = kLongRunWindow;

@@ -25,7 +25,7 @@ enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
 // cache, Zipf 0.99, 2^20 (bench/results/2026-11-30-long-runs): B 233 -> 490 M ops/s of device time
 // (4.5 -> 2.2 ms a batch), A 145-158 -> 225-249; in GPU memory, 8-byte keys, B 295 -> 1,018 and A
 // 279 -> 1,052 (then a block per run; a block per window since bench/results/2026-11-30-long-windows).
-inline constexpr size_t kLongRunWindow = 512;
+inline constexpr size_t kLongRunWindow = 256;
 
 __host__ __device__ constexpr bool covers_long_window(size_t begin, size_t end) {
   return (begin + kLongRunWindow - 1) / kLongRunWindow * kLongRunWindow + kLongRunWindow <= end;
