@@ -548,11 +548,15 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
 }
 
 // The long-run pass: the runs that cover a whole window of kLongRunWindow plan positions (Zipf-hot
-// keys'), shared among blocks, a block per window, beside the batch and serial passes or after
-// them (GpuEngine::launch_long_runs). The passes skip these runs; their keys are the runs' alone,
-// and what the passes share, slots, cells and counters, they take atomically, as warps of one
-// pass do. A run's first window also takes the run's positions before it, its last those after
-// it. A block's warps each compose the transitions of a span of the window (warp 0 meanwhile
+// keys'), beside the batch and serial passes or after them (GpuEngine::launch_long_runs). The
+// passes skip these runs; their keys are the runs' alone, and what the passes share, slots, cells
+// and counters, they take atomically, as warps of one pass do.
+//
+// After the passes the run's length is on the batch's critical path: a block per window. (Beside
+// them what counts is the SM time the pass takes from them, and a window's fixed costs, the probe,
+// the look-back and the waits, cost more than the rounds they save: `whole_runs`, a block per run,
+// as if each run were one window.) A run's first window also takes the run's positions before
+// it, its last those after it. A block's warps each compose the transitions of a span of the window (warp 0 meanwhile
 // probes the key); the block publishes the window's (LongWindow), then composes those of the
 // run's windows before it (look_back), answers its positions and says it is done. Blocks take
 // windows in order and publish before they wait, so every window a block waits for is held by a
@@ -562,7 +566,8 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
 // walks it with one warp and answers every operation again). A run whose prefix two keys share,
 // or of a reserved key, is walked by the last window's warp 0 as WarpOps::run walks it, after the
 // others are done. Transitions hold batch positions, not run positions (a chunk < 2^30).
-inline constexpr int kLongRunWarps = kLongRunWindow / 32;
+inline constexpr int kLongRunWarps = 16;
+static_assert(kLongRunWarps * 32 >= kLongRunWindow, "a thread per position of a window");
 
 // One window's part of its run, published for the windows after it; valid when `ready` (or
 // `done`) holds the launch's epoch, so the records need no clearing between batches.
@@ -622,12 +627,12 @@ __device__ LookBack look_back(const BatchView& bv, const LongWindow* windows, ui
   }
 }
 
-// Two blocks an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled
+// One block an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled
 // 650 bytes).
 template <Access A, class T>
-__global__ void __launch_bounds__(kLongRunWarps * 32, 2)
+__global__ void __launch_bounds__(kLongRunWarps * 32, 1)
     long_run_kernel(const __grid_constant__ T t, const __grid_constant__ BatchContext ctx,
-                    const __grid_constant__ BatchView bv, LongWindow* windows, uint32_t epoch) {
+                    const __grid_constant__ BatchView bv, LongWindow* windows, uint32_t epoch, bool whole_runs) {
   constexpr size_t P = kLongRunWindow;
   if (*reinterpret_cast<volatile unsigned long long*>(&ctx.counters->long_windows) == 0) return;
   __shared__ unsigned long long taken;
@@ -649,11 +654,22 @@ __global__ void __launch_bounds__(kLongRunWarps * 32, 2)
     const uint32_t sort_key = bv.sort_keys[w0];
     if (bv.sort_keys[w0 + P - 1] != sort_key) continue;  // not wholly one run's
     const bool first = a == 0 || bv.sort_keys[w0 - P] != sort_key;
-    const bool last = w0 + 2 * P > bv.n || bv.sort_keys[w0 + 2 * P - 1] != sort_key;
+    if (whole_runs && !first) continue;  // the run's first window's block walks it
+    // The block's last window: this one, or with whole_runs the run's (a thread per window after
+    // it; those in the run come first, the keys being sorted).
+    size_t end_window = a;
+    for (int more = whole_runs; more;) {
+      const size_t w = end_window + 1 + threadIdx.x;
+      more = __syncthreads_count((w + 1) * P <= bv.n && bv.sort_keys[w * P + P - 1] == sort_key);
+      end_window += more;
+      if (more < kLongRunWarps * 32) more = 0;
+    }
+    const size_t after = (end_window + 1) * P;  // the window after the block's last
+    const bool last = after + P > bv.n || bv.sort_keys[after + P - 1] != sort_key;
     // A thread per position of the window before (first) and after (last): which are the run's.
     const bool head = first && threadIdx.x + 1 < P && threadIdx.x < w0 && bv.sort_keys[w0 - 1 - threadIdx.x] == sort_key;
-    const bool tail = last && w0 + P + threadIdx.x < bv.n && bv.sort_keys[w0 + P + threadIdx.x] == sort_key;
-    const size_t from = w0 - __syncthreads_count(head), to = w0 + P + __syncthreads_count(tail);
+    const bool tail = last && threadIdx.x < P && after + threadIdx.x < bv.n && bv.sort_keys[after + threadIdx.x] == sort_key;
+    const size_t from = w0 - __syncthreads_count(head), to = after + __syncthreads_count(tail);
     const uint32_t ref = bv.op_index(w0);
     KeyProbe<T> p;
     make_probe(t, bv.keys + size_t{ref} * T::kKeyWords, p);

@@ -1206,19 +1206,20 @@ class GpuEngine final : public Engine {
   // the plan counted none). In GPU memory, and for host-mapped batches from kLongRunsBesideMappedFrom
   // operations, on long_stream_ beside the batch and serial passes: launched first and at a higher
   // priority, so its blocks (a whole SM each) find the SMs free, and those that hold no run leave
-  // them to the batch kernel at once (then a block per run; now a block per window). H200, YCSB Zipf 0.99, 16.8 M items, against the same build
+  // them to the batch kernel at once (a block per run: whole_runs). H200, YCSB Zipf 0.99, 16.8 M items, against the same build
   // in stream order (bench/results/2026-11-30-long-runs-beside): GPU memory, 8-byte keys, 2^20 B
   // 1,118 -> 1,575 M ops/s of device time, A 1,149 -> 1,674; host-mapped, 32-byte keys, complete
   // cache, 2^20 B 604 -> 701, A 384-392 -> 387-437; but at 2^16 host-mapped A lost (154-158 ->
   // 129-130) what B gained (247-266 -> 293), which is not explained, so smaller host-mapped
-  // batches keep the stream order. Returns whether it was launched beside; join_long_runs then
-  // makes `stream` wait for it, or launches it in stream order.
+  // batches keep the stream order, where the kernel shares a run among blocks, a block per window.
+  // Returns whether it was launched beside; join_long_runs then makes `stream` wait for it, or
+  // launches it in stream order.
   template <Access A>
   bool launch_long_runs(const BatchView& bv, cudaStream_t stream) {
     if (!bv.sort_keys || bv.n < kLongRunWindow || (!gpu_memory_ && bv.n < kLongRunsBesideMappedFrom)) return false;
     GPHASH_CUDA(cudaEventRecord(long_runs_start_, stream));
     GPHASH_CUDA(cudaStreamWaitEvent(long_stream_, long_runs_start_));
-    launch_long_run_kernel<A>(bv, long_stream_);
+    launch_long_run_kernel<A>(bv, long_stream_, /*whole_runs=*/true);
     GPHASH_CUDA(cudaEventRecord(long_runs_done_, long_stream_));
     return true;
   }
@@ -1228,15 +1229,15 @@ class GpuEngine final : public Engine {
       GPHASH_CUDA(cudaStreamWaitEvent(stream, long_runs_done_));
     } else if (bv.sort_keys && bv.n >= kLongRunWindow) {
       GPHASH_CUDA(cudaGetLastError());
-      launch_long_run_kernel<A>(bv, stream);
+      launch_long_run_kernel<A>(bv, stream, /*whole_runs=*/false);
     }
   }
   template <Access A>
-  void launch_long_run_kernel(const BatchView& bv, cudaStream_t stream) {
+  void launch_long_run_kernel(const BatchView& bv, cudaStream_t stream, bool whole_runs) {
     constexpr int block = kLongRunWarps * 32;
     if (++long_windows_epoch_ == 0) ++long_windows_epoch_;  // 0 marks records never written
     long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, stream>>>(
-        dt_, ctx_, bv, long_windows_.get(), long_windows_epoch_);
+        dt_, ctx_, bv, long_windows_.get(), long_windows_epoch_, whole_runs);
     GPHASH_CUDA(cudaGetLastError());
   }
 

@@ -20,11 +20,13 @@ enum class RunResult : int { kDone = 0, kNeedSlot = 1, kNeedCell = 2 };
 
 // A run that covers a whole window of this many plan positions (windows start at its multiples)
 // is a Zipf-hot key's (~56,000 operations of a 2^20 YCSB batch): the plan counts such windows, the
-// batch and serial passes skip their runs, and long_run_kernel shares each run among blocks, a
-// block per window. A warp walking one alone bounded the whole batch: H200, host-mapped, complete
-// cache, Zipf 0.99, 2^20 (bench/results/2026-11-30-long-runs): B 233 -> 490 M ops/s of device time
-// (4.5 -> 2.2 ms a batch), A 145-158 -> 225-249; in GPU memory, 8-byte keys, B 295 -> 1,018 and A
-// 279 -> 1,052 (then a block per run; a block per window since bench/results/2026-11-30-long-windows).
+// batch and serial passes skip their runs and long_run_kernel shares each among the warps of a
+// block, or of a block per window (fast_ops.cuh). A warp walking one alone bounded the whole
+// batch: H200, host-mapped, complete cache, Zipf 0.99, 2^20 (bench/results/2026-11-30-long-runs):
+// B 233 -> 490 M ops/s of device time (4.5 -> 2.2 ms a batch), A 145-158 -> 225-249; in GPU
+// memory, 8-byte keys, B 295 -> 1,018 and A 279 -> 1,052. Every run of 511 or more covers a
+// window of 256, so the batch kernel's warps walk none longer (windows of 512 left runs of up to
+// 1,022 to them: bench/results/2026-11-30-long-windows).
 inline constexpr size_t kLongRunWindow = 256;
 
 __host__ __device__ constexpr bool covers_long_window(size_t begin, size_t end) {
