@@ -368,7 +368,7 @@ void Worker::flush(Connection* c) {
   update_interest(c);
 }
 
-// Returns true when it parsed new input that may be answerable at once (flush again).
+// Returns true when answered requests wait that it did not build replies for (flush again).
 bool Worker::flush_once(Connection* c) {
   const size_t limit = ctx_.options.conn_buffer_limit;
   bool quit = false;
@@ -425,12 +425,11 @@ bool Worker::flush_once(Connection* c) {
     return false;
   }
   // Input read while paused may hold complete requests: parse them now that there is room.
-  if (may_read(c) && c->in.size() > c->in_start) {
-    const size_t before = c->queue.size();
-    parse_input(c);
-    return c->queue.size() != before && c->queue.front()->done.load(std::memory_order_acquire);
-  }
-  return false;
+  if (may_read(c) && c->in.size() > c->in_start) parse_input(c);
+  // Again while an answered request waits and its reply has room: one just parsed, or one the
+  // limit left unbuilt above. Nothing else would build the latter once the output is all written:
+  // no EPOLLOUT, and no round completes for a request answered at parse time (mn, version, quit).
+  return !c->queue.empty() && c->out.size() - c->out_start < limit && c->queue.front()->done.load(std::memory_order_acquire);
 }
 
 // Answered requests are kept for the next ones (up to kSpareRequests, with small buffers): a

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """1,000 connections at once, and a client that sends without reading: the server stays up, keeps
-serving others, and its memory stays bounded (RSS measured from /proc)."""
+serving others, and its memory stays bounded (RSS measured from /proc). A reply larger than the
+connection's buffer limit: the replies after it are still sent."""
 import os
 import resource
 import selectors
@@ -91,9 +92,51 @@ def sender_that_never_reads():
         check(h.exchange(s.port, b"version\r\n").startswith(b"VERSION"), "the server is up after the client left")
 
 
+def read_to_eof(sock, timeout, until=None):
+    """Every byte until the server closes, plus b"<closed>"; or the bytes `until` once they came;
+    or, after `timeout` s, what came and b"<timeout>"."""
+    out = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        sock.settimeout(max(0.01, deadline - time.time()))
+        try:
+            chunk = sock.recv(1 << 20)
+        except socket.timeout:
+            break
+        if not chunk:
+            return out + b"<closed>"
+        out += chunk
+        if out == until:
+            return out
+    return out + b"<timeout>"
+
+
+def replies_behind_a_large_one():
+    # A reply over --conn-buffer-limit stops the building of the ones behind it until it is
+    # written. When the socket takes it all at once (6 KB here), nothing else comes to build them:
+    # no round completes for a request answered at parse time (mn, version, quit) and, with the
+    # output written, there is no EPOLLOUT either. They must be built anyway.
+    value = b"w" * 6000
+    reply = b"VALUE big 0 %d\r\n%s\r\nEND\r\n" % (len(value), value)
+    with h.gphash_server("-t", "2", "--conn-buffer-limit", "4096") as s:
+        h.exchange(s.port, b"set big 0 0 %d\r\n%s\r\n" % (len(value), value))
+        version = h.exchange(s.port, b"version\r\n")
+        for after, answer in ((b"mn\r\n", b"MN\r\n"), (b"version\r\n", version), (b"quit\r\n", b"<closed>")):
+            ok = 0
+            for i in range(10):
+                with socket.create_connection(("127.0.0.1", s.port)) as c:
+                    c.sendall(b"get big\r\n" + after)
+                    got = read_to_eof(c, 5, until=reply + answer)
+                if got != reply + answer:
+                    break
+                ok += 1
+            check(ok == 10, f"{after.strip().decode()} after a reply over the buffer limit is answered ({ok} of 10; ends {got[-12:]!r})")
+
+
 def main():
     thousand_connections()
     sender_that_never_reads()
+    replies_behind_a_large_one()
     print(f"{checks - failed} passed, {failed} failed")
     return 1 if failed else 0
 
