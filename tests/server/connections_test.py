@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """1,000 connections at once, and a client that sends without reading: the server stays up, keeps
 serving others, and its memory stays bounded (RSS measured from /proc). A reply larger than the
-connection's buffer limit: the replies after it are still sent."""
+connection's buffer limit: the replies after it are still sent. quit after more than the socket
+takes at once: all of it is sent before the connection closes."""
 import os
 import resource
 import selectors
@@ -92,15 +93,16 @@ def sender_that_never_reads():
         check(h.exchange(s.port, b"version\r\n").startswith(b"VERSION"), "the server is up after the client left")
 
 
-def read_to_eof(sock, timeout, until=None):
+def read_to_eof(sock, timeout, until=None, slow=False):
     """Every byte until the server closes, plus b"<closed>"; or the bytes `until` once they came;
-    or, after `timeout` s, what came and b"<timeout>"."""
+    or, after `timeout` s, what came and b"<timeout>". `slow`: small reads with pauses, so the
+    server's writes keep finding the socket full."""
     out = b""
     deadline = time.time() + timeout
     while time.time() < deadline:
         sock.settimeout(max(0.01, deadline - time.time()))
         try:
-            chunk = sock.recv(1 << 20)
+            chunk = sock.recv(4096 if slow else 1 << 20)
         except socket.timeout:
             break
         if not chunk:
@@ -108,6 +110,8 @@ def read_to_eof(sock, timeout, until=None):
         out += chunk
         if out == until:
             return out
+        if slow:
+            time.sleep(0.0005)
     return out + b"<timeout>"
 
 
@@ -133,10 +137,30 @@ def replies_behind_a_large_one():
             check(ok == 10, f"{after.strip().decode()} after a reply over the buffer limit is answered ({ok} of 10; ends {got[-12:]!r})")
 
 
+def quit_after_a_large_reply():
+    # quit closes once the replies before it are written, all of them, as memcached does: here
+    # 10 MB, more than the socket buffers hold while the client reads slowly (its receive buffer
+    # is 4 KB). With the default buffer limit the reply is also written over several passes.
+    value = b"q" * 1_000_000
+    reply = b"VALUE big 0 %d\r\n%s\r\n" % (len(value), value) * 10 + b"END\r\n"
+    for limit in (str(64 << 20), "4194304"):
+        with h.gphash_server("-t", "2", "--conn-buffer-limit", limit) as s:
+            h.exchange(s.port, b"set big 0 0 %d\r\n%s\r\n" % (len(value), value))
+            with socket.socket() as c:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                c.connect(("127.0.0.1", s.port))
+                c.sendall(b"get" + b" big" * 10 + b"\r\nquit\r\n")
+                time.sleep(0.3)  # the server's first writes fill the socket meanwhile
+                got = read_to_eof(c, 60, slow=True)
+            check(got == reply + b"<closed>", f"--conn-buffer-limit {limit}: quit after a 10 MB reply sends all of it, then closes "
+                                              f"({len(got)} bytes, ends {got[-12:]!r})")
+
+
 def main():
     thousand_connections()
     sender_that_never_reads()
     replies_behind_a_large_one()
+    quit_after_a_large_reply()
     print(f"{checks - failed} passed, {failed} failed")
     return 1 if failed else 0
 
