@@ -203,9 +203,14 @@ void Worker::accept_connections() {
 
 void Worker::on_event(Connection* c, uint32_t events) {
   if (c->dead) return;
+  // Reset or failed: nothing more reaches the client.
+  if (events & (EPOLLHUP | EPOLLERR)) {
+    close_connection(c);
+    return;
+  }
   if (events & EPOLLOUT) flush(c);
   if (c->dead) return;
-  if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) read_input(c);
+  if (events & (EPOLLIN | EPOLLRDHUP)) read_input(c);
 }
 
 bool Worker::may_read(const Connection* c) const {
@@ -215,8 +220,11 @@ bool Worker::may_read(const Connection* c) const {
 
 void Worker::update_interest(Connection* c) {
   if (c->dead) return;
-  uint32_t want = EPOLLRDHUP;
-  if (may_read(c)) want |= EPOLLIN;
+  // Not reading: no EPOLLRDHUP either, which a client that shut down its sending side reports on
+  // every epoll_wait (a spin while its replies wait for the socket or a round). Writes and rounds
+  // end the pause; a reset comes as EPOLLHUP or EPOLLERR, which epoll always reports.
+  uint32_t want = 0;
+  if (may_read(c)) want = EPOLLIN | EPOLLRDHUP;
   else WorkerCounters::add(counters_.reads_paused, 1);
   if (c->out.size() > c->out_start) want |= EPOLLOUT;
   if (want == c->events) return;
@@ -229,7 +237,7 @@ void Worker::update_interest(Connection* c) {
 
 void Worker::read_input(Connection* c) {
   const uint64_t t0 = TickClock::now();
-  bool eof = false;
+  bool eof = false, failed = false;
   // Read while there is room; a data block being assembled may need up to the item size more.
   for (int rounds = 0; rounds < 16 && may_read(c); ++rounds) {
     if (c->in_start > 0 && (c->in_start == c->in.size() || c->in_start > c->in.size() / 2)) {
@@ -241,7 +249,7 @@ void Worker::read_input(Connection* c) {
     const ssize_t n = ::recv(c->fd, scratch_.data(), scratch_.size(), 0);
     if (n <= 0) {
       if (n == 0) eof = true;
-      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) eof = true;
+      else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) failed = true;
       break;
     }
     c->in.append(scratch_.data(), static_cast<size_t>(n));
@@ -255,10 +263,14 @@ void Worker::read_input(Connection* c) {
     if (static_cast<size_t>(n) < scratch_.size()) break;
   }
   WorkerCounters::add(counters_.read_ns, TickClock::ns_since(t0));
-  if (eof) {
+  if (failed) {
     close_connection(c);
     return;
   }
+  // End of input (the client shut down its sending side, or closed): what it sent is answered
+  // first, as memcached does; closing at once dropped the replies still at a round (all of them
+  // with a batch period) or not yet taken by the socket. flush closes once nothing is owed.
+  if (eof) c->closing = true;
   flush(c);
 }
 

@@ -2,7 +2,8 @@
 """1,000 connections at once, and a client that sends without reading: the server stays up, keeps
 serving others, and its memory stays bounded (RSS measured from /proc). A reply larger than the
 connection's buffer limit: the replies after it are still sent. quit after more than the socket
-takes at once: all of it is sent before the connection closes."""
+takes at once, or after the client shut down its sending side: all of it is sent before the
+connection closes."""
 import os
 import resource
 import selectors
@@ -156,11 +157,57 @@ def quit_after_a_large_reply():
                                               f"({len(got)} bytes, ends {got[-12:]!r})")
 
 
+def cpu_seconds(pid):
+    """The process's user and system CPU time so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client_that_shuts_down_sending():
+    # A client may shut down its sending side once its requests are out (nc -N, scripts) and then
+    # read the replies: memcached answers them all, then closes. With a batch period the requests
+    # are still at a round when the end of input is read.
+    want = b"".join(b"STORED\r\nVALUE k%d 0 1\r\n%d\r\nEND\r\n" % (i, i % 10) for i in range(3))
+    with h.gphash_server("-t", "2", "--batch-period-us", "200") as s:
+        ok = 0
+        for n in range(10):
+            with socket.create_connection(("127.0.0.1", s.port)) as c:
+                c.sendall(b"".join(b"set k%d 0 0 1\r\n%d\r\nget k%d\r\n" % (i, i % 10, i) for i in range(3)))
+                c.shutdown(socket.SHUT_WR)
+                got = read_to_eof(c, 5)
+            if got != want + b"<closed>":
+                break
+            ok += 1
+        check(ok == 10, f"a client that shut down its sending side gets its replies, then the close ({ok} of 10; {got[-20:]!r})")
+    # 10 MB of replies read slowly after the end of input: all of them arrive, and the server does
+    # not spin meanwhile (the shut-down input is reported on every epoll_wait while it listens).
+    value = b"h" * 1_000_000
+    reply = b"VALUE big 0 %d\r\n%s\r\n" % (len(value), value) * 10 + b"END\r\n"
+    for tail in (b"", b"quit\r\n"):
+        with h.gphash_server("-t", "2") as s:
+            h.exchange(s.port, b"set big 0 0 %d\r\n%s\r\n" % (len(value), value))
+            with socket.socket() as c:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                c.connect(("127.0.0.1", s.port))
+                c.sendall(b"get" + b" big" * 10 + b"\r\n" + tail)
+                c.shutdown(socket.SHUT_WR)
+                time.sleep(0.3)
+                before = cpu_seconds(s.proc.pid)
+                time.sleep(1.0)
+                busy = cpu_seconds(s.proc.pid) - before
+                got = read_to_eof(c, 60, slow=True)
+            what = "get then quit" if tail else "get"
+            check(got == reply + b"<closed>", f"{what}, then end of input: all 10 MB arrive, then the close ({len(got)} bytes, ends {got[-12:]!r})")
+            check(busy < 0.3, f"{what}, then end of input: the server waits for the client without spinning ({busy:.2f} s of CPU in 1 s)")
+
+
 def main():
     thousand_connections()
     sender_that_never_reads()
     replies_behind_a_large_one()
     quit_after_a_large_reply()
+    client_that_shuts_down_sending()
     print(f"{checks - failed} passed, {failed} failed")
     return 1 if failed else 0
 
