@@ -114,25 +114,29 @@ def stats(port, command=b"stats\r\n"):
 def exchange(port, data, sentinel=True, idle=0.3, timeout=10.0):
     """Sends `data` on a fresh connection and returns every byte the server sends back. With
     `sentinel`, an `mn` request follows and the read ends at its MN (or at EOF); without, it ends
-    after `idle` seconds of silence."""
+    at EOF or after `idle` seconds of silence once the reply has begun. The first byte may take up
+    to `timeout`: with `idle` for it too, a server descheduled for 0.3 s (a sanitizer build on a
+    busy machine) read as one that never answers."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data + (b"mn\r\n" if sentinel else b""))
         # The reply ends with the sentinel's MN: as many MN lines as mn requests were sent.
         want_mn = data.count(b"mn\r\n") + 1
         out = b""
         deadline = time.time() + timeout
-        s.settimeout(idle if not sentinel else 0.5)
+        s.settimeout(0.5)
         while time.time() < deadline:
             try:
                 chunk = s.recv(1 << 20)
             except socket.timeout:
-                if not sentinel:
+                if not sentinel and out:
                     break
                 continue
             if not chunk:
                 out += b"<closed>"
                 break
             out += chunk
+            if not sentinel:
+                s.settimeout(idle)
             if sentinel and out.endswith(b"MN\r\n") and out.count(b"MN\r\n") >= want_mn:
                 out = out[: -len(b"MN\r\n")]
                 break
