@@ -294,7 +294,7 @@ void ShardSet::execute(const Batch& b) {
   {
     const Table::Impl& first = *shards_[0].table->impl_;
     first.check_usable();
-    validate_batch(b, first.pool->header(), *first.pool, first.options);  // the whole batch, before any shard runs
+    validate_batch(b, first.key_width, first.value_width, *first.pool, first.options);  // the whole batch, before any shard runs
   }
   if (b.memory == MemorySpace::kDevice) execute_on_device(b);  // the GPU engine: validate_batch checked
   else execute_on_host(b);

@@ -214,12 +214,13 @@ std::unique_ptr<Table::Impl> Table::Impl::open_pool(const std::string& pool_spec
 // Checks a batch before it reaches an engine; returns how many of its operations may write (0: a
 // searching batch). The arrays of a batch in GPU memory are never read here (the engine reports
 // unknown ops per entry, kInvalidOp): all of a mixed one count as writes.
-uint64_t validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options) {
+uint64_t validate_batch(const Batch& b, uint32_t key_width, uint32_t value_width, const pool::Pool& pool,
+                        const OpenOptions& options) {
   if (!b.status) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no status array");
   if (!b.keys) throw Error(ErrorCode::kInvalidArgument, "malformed batch: no keys");
-  if (b.key_width != key_width_of(h))
+  if (b.key_width != key_width)
     throw Error(ErrorCode::kKeyWidthMismatch,
-                fmt::format("key width mismatch: pool has {}, batch gives {}", key_width_of(h), b.key_width), "key_width");
+                fmt::format("key width mismatch: pool has {}, batch gives {}", key_width, b.key_width), "key_width");
   if (b.memory == MemorySpace::kDevice && options.engine != EngineKind::kGpu)
     throw Error(ErrorCode::kInvalidArgument, "batch arrays in GPU memory need the GPU engine");
   bool writes = false, values_needed = false;
@@ -248,9 +249,9 @@ uint64_t validate_batch(const Batch& b, const format::PoolHeader& h, const pool:
                 b.ops && b.memory == MemorySpace::kDevice
                     ? "malformed batch: a mixed batch in GPU memory needs a values array (its ops are not read on the host)"
                     : "malformed batch: insert, upsert and update need values");
-  if ((values_needed || b.values_out) && b.value_width != value_width_of(h))
+  if ((values_needed || b.values_out) && b.value_width != value_width)
     throw Error(ErrorCode::kValueWidthMismatch,
-                fmt::format("value width mismatch: pool has {}, batch gives {}", value_width_of(h), b.value_width),
+                fmt::format("value width mismatch: pool has {}, batch gives {}", value_width, b.value_width),
                 "value_width");
   if (writes && pool.read_only() && !(b.ops && b.memory == MemorySpace::kDevice))
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only", pool.path()));
@@ -297,7 +298,7 @@ auto Table::Impl::guarded(F&& f) -> decltype(f()) {
 // (Engine::prepare_snapshot). Searches share the table.
 template <class F>
 auto Table::Impl::run_batch(const Batch& b, F&& f) -> decltype(f()) {
-  const uint64_t writes = validate_batch(b, pool->header(), *pool, options);
+  const uint64_t writes = validate_batch(b, key_width, value_width, *pool, options);
   if (!writes) {
     std::shared_lock lock(batches);
     return guarded(f);
@@ -434,12 +435,12 @@ CUevent_st* BatchEvent::cuda_event() const {
 uint32_t Table::key_width() const {
   impl_->check_usable();
   if (impl_->shards) return impl_->shards->key_width();
-  return key_width_of(impl_->pool->header());
+  return impl_->key_width;
 }
 uint32_t Table::value_width() const {
   impl_->check_usable();
   if (impl_->shards) return impl_->shards->value_width();
-  return value_width_of(impl_->pool->header());
+  return impl_->value_width;
 }
 uint64_t Table::size() const {
   impl_->check_usable();
@@ -766,6 +767,8 @@ void Table::close() {
 // ---- snapshots ---------------------------------------------------------------------------------
 
 void Table::Impl::start_snapshots() {
+  key_width = key_width_of(pool->header());
+  value_width = value_width_of(pool->header());
   // The engine finishes its writes in flight and reports the pages it wrote whenever the snapshot
   // holds writers off (engine.h, Engine::prepare_snapshot).
   snapshotter = std::make_unique<snapshot::Snapshotter>(

@@ -21,6 +21,9 @@ struct Table::Impl {
   std::unique_ptr<pool::Pool> pool;
   std::unique_ptr<engine::Engine> engine;
   OpenOptions options;
+  // The index's widths, read from the header before snapshots start: batches check theirs against
+  // these while a snapshot may be rewriting the header (pool->header() is not safe to read then).
+  uint32_t key_width = 0, value_width = 0;
   // Writing batches run alone; searching batches may share the table.
   mutable std::shared_mutex batches;
   // Writers of the attachment hold this shared across a write and the batches that publish it; a
@@ -75,6 +78,7 @@ struct Table::Impl {
 
 // Checks a batch against a pool's widths before any of it runs; returns how many of its operations
 // may write (0: a searching batch). Throws gphash::Error for a malformed batch.
-uint64_t validate_batch(const Batch& b, const format::PoolHeader& h, const pool::Pool& pool, const OpenOptions& options);
+uint64_t validate_batch(const Batch& b, uint32_t key_width, uint32_t value_width, const pool::Pool& pool,
+                        const OpenOptions& options);
 
 }  // namespace gphash
