@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 GPHASH_SERVER = os.environ.get("GPHASH_SERVER", "gphash-server")
@@ -40,7 +41,10 @@ class Server:
         if argv[0] == GPHASH_SERVER:
             argv = [*argv, *GPHASH_SERVER_ARGS]
         self.argv, self.port = argv, port
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # stderr into a file, not a pipe no one reads while the server runs: a server that writes
+        # more than a pipe holds (-vv, a sanitizer's reports) would block on it.
+        self.err = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.err)
         try:
             wait_port(port, self.proc)
         except Exception:
@@ -65,7 +69,8 @@ class Server:
             self.proc.wait()
 
     def stderr(self):
-        return self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+        self.err.seek(0)
+        return self.err.read().decode(errors="replace")
 
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
