@@ -112,7 +112,7 @@ def store_full_and_restart():
                 if r is None:
                     break
             data = b"".join(b"set s%d 0 0 %d\r\n%s\r\n" % (j, len(value), value) for j in range(6000))
-            r = h.exchange(s.port, data, idle=2.0)
+            r = h.exchange(s.port, data)
             stored = r.count(b"STORED\r\n")
             errors = r.count(b"SERVER_ERROR out of memory storing object\r\n")
             check(stored > 3000 and errors > 0 and stored + errors == 6000,

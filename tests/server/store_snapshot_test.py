@@ -34,14 +34,14 @@ def value_for(key, rnd):
 
 def set_many(port, items):
     data = b"".join(b"set %s 0 0 %d\r\n%s\r\n" % (k, len(v), v) for k, v in items)
-    r = h.exchange(port, data, idle=1.0)
+    r = h.exchange(port, data)
     return r.count(b"STORED\r\n")
 
 
 def get_all(port, keys):
     found = {}
     for at in range(0, len(keys), 200):
-        r = h.exchange(port, b"get " + b" ".join(keys[at:at + 200]) + b"\r\n", idle=1.0)
+        r = h.exchange(port, b"get " + b" ".join(keys[at:at + 200]) + b"\r\n")
         rest = r
         while rest.startswith(b"VALUE "):
             header, rest = rest.split(b"\r\n", 1)
@@ -83,7 +83,7 @@ def run(pipeline):
             check(set_many(s.port, items) == len(items), "3000 sets acknowledged")
             model.update(items)
             gone = [b"k%d" % i for i in range(0, 3000, 7)]
-            r = h.exchange(s.port, b"".join(b"delete %s\r\n" % k for k in gone), idle=1.0)
+            r = h.exchange(s.port, b"".join(b"delete %s\r\n" % k for k in gone))
             check(r.count(b"DELETED\r\n") == len(gone), f"{len(gone)} deletes acknowledged")
             for k in gone:
                 del model[k]
