@@ -78,7 +78,8 @@ __global__ void finish_plan_kernel(uint32_t* sort_keys, size_t n, const uint32_t
     sort_keys[i] = static_cast<uint32_t>(i);
     return;
   }
-  if (long_windows && i % kLongRunWindow == 0 && i + kLongRunWindow <= n && sort_keys[i] == sort_keys[i + kLongRunWindow - 1])
+  if (long_windows && i % kLongRunWindow == 0 && i + kLongRunWindow <= n &&
+      sort_keys[i] == sort_keys[i + kLongRunWindow - 1])
     atomicAdd(long_windows, 1ull);
 }
 
@@ -1049,10 +1050,10 @@ class GpuEngine final : public Engine {
   }
 
   // Sorts operation indices by hash prefix so all operations on one key are adjacent, in batch
-  // order (the radix sort is stable), and each run goes to one warp; with `list_long_runs` the
-  // runs for long_run_kernel are listed. With `check_repeats` the host first learns whether the
-  // batch repeats a key, and one that does not is left unplanned. Returns whether the batch was
-  // planned.
+  // order (the radix sort is stable), and each run goes to one warp; with `count_long_windows`
+  // the windows for long_run_kernel are counted. With `check_repeats` the host first learns
+  // whether the batch repeats a key, and one that does not is left unplanned. Returns whether the
+  // batch was planned.
   bool plan(BatchView& bv, bool ops_unread, bool check_repeats, bool count_long_windows, cudaStream_t stream) {
     const size_t n = bv.n;
     // One graph launch instead of six: the plan of a host-mapped batch of 2^16 takes about 65 us
@@ -1204,16 +1205,17 @@ class GpuEngine final : public Engine {
 
   // long_run_kernel, where a batch may hold a run that covers a long-run window (it ends at once if
   // the plan counted none). In GPU memory, and for host-mapped batches from kLongRunsBesideMappedFrom
-  // operations, on long_stream_ beside the batch and serial passes: launched first and at a higher
-  // priority, so its blocks (a whole SM each) find the SMs free, and those that hold no run leave
-  // them to the batch kernel at once (a block per run: whole_runs). H200, YCSB Zipf 0.99, 16.8 M items, against the same build
-  // in stream order (bench/results/2026-11-30-long-runs-beside): GPU memory, 8-byte keys, 2^20 B
-  // 1,118 -> 1,575 M ops/s of device time, A 1,149 -> 1,674; host-mapped, 32-byte keys, complete
-  // cache, 2^20 B 604 -> 701, A 384-392 -> 387-437; but at 2^16 host-mapped A lost (154-158 ->
-  // 129-130) what B gained (247-266 -> 293), which is not explained, so smaller host-mapped
-  // batches keep the stream order, where the kernel shares a run among blocks, a block per window.
-  // Returns whether it was launched beside; join_long_runs then makes `stream` wait for it, or
-  // launches it in stream order.
+  // operations, on long_stream_ beside the batch and serial passes, a block per run (whole_runs):
+  // launched first and at a higher priority, so its blocks (a whole SM each) find the SMs free,
+  // and those that hold no run leave them to the batch kernel at once. H200, YCSB Zipf 0.99, 16.8
+  // M items, against the same build in stream order (bench/results/2026-11-30-long-runs-beside):
+  // GPU memory, 8-byte keys, 2^20 B 1,118 -> 1,575 M ops/s of device time, A 1,149 -> 1,674;
+  // host-mapped, 32-byte keys, complete cache, 2^20 B 604 -> 701, A 384-392 -> 387-437; but at
+  // 2^16 host-mapped A lost (154-158 -> 129-130) what B gained (247-266 -> 293), which is not
+  // explained, so smaller host-mapped batches keep the stream order, where the kernel shares a run
+  // among blocks, a block per window (bench/results/2026-11-30-long-windows). Returns whether it
+  // was launched beside; join_long_runs then makes `stream` wait for it, or launches it in stream
+  // order.
   template <Access A>
   bool launch_long_runs(const BatchView& bv, cudaStream_t stream) {
     if (!bv.sort_keys || bv.n < kLongRunWindow || (!gpu_memory_ && bv.n < kLongRunsBesideMappedFrom)) return false;
