@@ -556,16 +556,17 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
 // them what counts is the SM time the pass takes from them, and a window's fixed costs, the probe,
 // the look-back and the waits, cost more than the rounds they save: `whole_runs`, a block per run,
 // as if each run were one window.) A run's first window also takes the run's positions before
-// it, its last those after it. A block's warps each compose the transitions of a span of the window (warp 0 meanwhile
-// probes the key); the block publishes the window's (LongWindow), then composes those of the
-// run's windows before it (look_back), answers its positions and says it is done. Blocks take
-// windows in order and publish before they wait, so every window a block waits for is held by a
-// block that is running and does not wait for it. The run's last window waits until the others
-// are done (their answers read the value's cached bytes, which the write replaces) and makes the
-// run's one write, as WarpOps::group does (a failure hands the run to the slow path, whose rerun
-// walks it with one warp and answers every operation again). A run whose prefix two keys share,
-// or of a reserved key, is walked by the last window's warp 0 as WarpOps::run walks it, after the
-// others are done. Transitions hold batch positions, not run positions (a chunk < 2^30).
+// it, its last those after it. A block's warps each compose the transitions of a span of the
+// window (warp 0 meanwhile probes the key); the block publishes the window's (LongWindow), then
+// composes those of the run's windows before it (look_back), answers its positions and says it
+// is done. Blocks take windows in order and publish before they wait, so every window a block
+// waits for is held by a block that is running and does not wait for it. The run's last window
+// waits until the others are done (their answers read the value's cached bytes, which the write
+// replaces) and makes the run's one write, as WarpOps::group does (a failure hands the run to the
+// slow path, whose rerun walks it with one warp and answers every operation again). A run whose
+// prefix two keys share, or of a reserved key, is walked by the last window's warp 0 as
+// WarpOps::run walks it, after the others are done. Transitions hold batch positions, not run
+// positions (a chunk < 2^30).
 inline constexpr int kLongRunWarps = 16;
 static_assert(kLongRunWarps * 32 >= kLongRunWindow, "a thread per position of a window");
 
