@@ -671,6 +671,7 @@ __global__ void __launch_bounds__(kLongRunWarps * 32, 1)
     const bool head = first && threadIdx.x + 1 < P && threadIdx.x < w0 && bv.sort_keys[w0 - 1 - threadIdx.x] == sort_key;
     const bool tail = last && threadIdx.x < P && after + threadIdx.x < bv.n && bv.sort_keys[after + threadIdx.x] == sort_key;
     const size_t from = w0 - __syncthreads_count(head), to = after + __syncthreads_count(tail);
+    if (whole_runs && !is_long_run(from, to, /*beside=*/true)) continue;  // the batch kernel's
     const uint32_t ref = bv.op_index(w0);
     KeyProbe<T> p;
     make_probe(t, bv.keys + size_t{ref} * T::kKeyWords, p);

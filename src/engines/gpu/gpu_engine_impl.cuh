@@ -1174,7 +1174,7 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaGraphLaunch(g.exec, stream));
   }
 
-  void launch_batch(const BatchView& bv, bool inline_serial, cudaStream_t stream) {
+  void launch_batch(BatchView bv, bool inline_serial, cudaStream_t stream) {
     switch (options_.gpu_kernels) {
       case GpuKernels::kWarp: {
         const bool beside = launch_long_runs<Access::kMirror>(bv, stream);
@@ -1211,14 +1211,16 @@ class GpuEngine final : public Engine {
   // M items, against the same build in stream order (bench/results/2026-11-30-long-runs-beside):
   // GPU memory, 8-byte keys, 2^20 B 1,118 -> 1,575 M ops/s of device time, A 1,149 -> 1,674;
   // host-mapped, 32-byte keys, complete cache, 2^20 B 604 -> 701, A 384-392 -> 387-437; but at
-  // 2^16 host-mapped A lost (154-158 -> 129-130) what B gained (247-266 -> 293), which is not
-  // explained, so smaller host-mapped batches keep the stream order, where the kernel shares a run
-  // among blocks, a block per window (bench/results/2026-11-30-long-windows). Returns whether it
-  // was launched beside; join_long_runs then makes `stream` wait for it, or launches it in stream
-  // order.
+  // 2^16 host-mapped A loses a fifth beside (173-181 -> 135-144, B 292-300 -> 293-319: bench/
+  // results/2026-11-30-long-runs-choice), so smaller host-mapped batches keep the stream order,
+  // where the kernel shares a run among blocks, a block per window (2026-11-30-long-windows).
+  // Choosing the order per batch by measuring both (8 batches of each every 272) kept B's gain
+  // and lost 6% of A: not kept. Returns whether it was launched beside; join_long_runs then
+  // makes `stream` wait for it, or launches it in stream order.
   template <Access A>
-  bool launch_long_runs(const BatchView& bv, cudaStream_t stream) {
+  bool launch_long_runs(BatchView& bv, cudaStream_t stream) {
     if (!bv.sort_keys || bv.n < kLongRunWindow || (!gpu_memory_ && bv.n < kLongRunsBesideMappedFrom)) return false;
+    bv.long_runs_beside = true;  // for the batch passes launched after it (is_long_run)
     GPHASH_CUDA(cudaEventRecord(long_runs_start_, stream));
     GPHASH_CUDA(cudaStreamWaitEvent(long_stream_, long_runs_start_));
     launch_long_run_kernel<A>(bv, long_stream_, /*whole_runs=*/true);

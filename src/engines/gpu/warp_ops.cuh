@@ -32,6 +32,16 @@ inline constexpr size_t kLongRunWindow = 256;
 __host__ __device__ constexpr bool covers_long_window(size_t begin, size_t end) {
   return (begin + kLongRunWindow - 1) / kLongRunWindow * kLongRunWindow + kLongRunWindow <= end;
 }
+// Beside the batch kernel long_run_kernel walks a run with a block of its own, which costs the
+// batch passes a whole SM for as long: only runs of kLongRunBeside or more go there (a run that
+// long always covers a window), the shorter ones stay with the batch kernel's warps. Against
+// every run that covers a window, same build, same call (H200, YCSB Zipf 0.99, 16.8 M items,
+// bench/results/2026-11-30-long-runs-choice): GPU memory 8-byte keys 2^20 B 1,676 -> 1,768 M
+// ops/s of device time, A 1,431 -> 1,641; host-mapped 2^20 B 682-736 -> 740, A alike.
+inline constexpr size_t kLongRunBeside = 2 * kLongRunWindow;
+__host__ __device__ constexpr bool is_long_run(size_t begin, size_t end, bool beside) {
+  return beside ? end - begin >= kLongRunBeside : covers_long_window(begin, end);
+}
 
 // What the slow path allows (it runs between the batch's parallel passes: one warp alone, or in
 // GPU memory first a warp per run; GpuEngine::slow_path).
@@ -55,6 +65,7 @@ struct BatchView {
   uint32_t* pending;          // positions handed to the slow path
   uint32_t* serial;           // positions the batch kernel leaves to the serial pass
   uint32_t value_width;
+  bool long_runs_beside;  // long_run_kernel runs beside the batch kernel (is_long_run)
 
   __device__ uint32_t op_index(size_t pos) const { return perm ? perm[pos] : static_cast<uint32_t>(pos); }
   __device__ Op op(uint32_t i) const { return static_cast<Op>(ops ? ops[i] : uniform_op); }
@@ -844,7 +855,7 @@ struct WarpOps {
   // the prefix, they are handled one operation at a time (order within each key is kept).
   // Returns kDone, or the reason and (in *resume) the position the slow path continues at.
   __device__ RunResult run(size_t begin, size_t end, const SlowPathFlags& flags, size_t* resume) {
-    if (skip_long_runs && covers_long_window(begin, end)) return RunResult::kDone;  // long_run_kernel's
+    if (skip_long_runs && is_long_run(begin, end, bv.long_runs_beside)) return RunResult::kDone;  // long_run_kernel's
     KeyProbe<T> p;
     make_probe(t, bv.keys + size_t{bv.op_index(begin)} * T::kKeyWords, p);
     bool uniform = true;
