@@ -258,9 +258,11 @@ class CpuTable {
   // Makes room among p's candidates by moving one item to a free slot among its own candidates.
   // Exclusive: no other operation may run. The move is bracketed by the maintenance record so
   // recovery can drop the second copy if a crash leaves both.
-  bool displace_for(const Probe& p) {
-    return for_each_item_to_displace(p, [&](const SlotRef& from, const Probe& other) {
-      const Scan os = scan(other, bottom_, top_, /*stop_at_match=*/false);  // other's own slot matches
+  bool displace_for(const Probe& p) { return displace_for(p, bottom_, top_); }
+  // The same among p's candidate buckets in levels [lo, hi] (a rehash: the levels above the bottom).
+  bool displace_for(const Probe& p, uint32_t lo, uint32_t hi) {
+    return for_each_item_to_displace(p, lo, hi, [&](const SlotRef& from, const Probe& other) {
+      const Scan os = scan(other, lo, hi, /*stop_at_match=*/false);  // other's own slot matches
       if (!os.has_free) return false;
       move(from, os.free, other);
       return true;
@@ -270,7 +272,7 @@ class CpuTable {
   // Prefetches the candidate buckets of the item displace_for(p) tries first (p's buckets should be
   // cached already: this reads them).
   void prefetch_displacement(const Probe& p) const {
-    for_each_item_to_displace(p, [&](const SlotRef&, const Probe& other) {
+    for_each_item_to_displace(p, bottom_, top_, [&](const SlotRef&, const Probe& other) {
       prefetch(other);
       return true;
     });
@@ -396,10 +398,35 @@ class CpuTable {
       }
       while (done < staged) copy(ring[done++ % kRehashAhead]);
     }
-    if (unplaced.load())
-      throw Error(ErrorCode::kCorruptTable,
-                  "resize could not place every item of the bottom level; the pool stays in resize state "
-                  "and reopening it retries");
+    if (unplaced.load()) place_by_displacement();
+  }
+
+  // What the insert rule left in the bottom level because every candidate slot above it was full
+  // (a resumed resize of a small table, where the items placed by rule took the slots others
+  // needed): one item at a time, after moving an item out of its candidate buckets above to a free
+  // slot among that item's own, as an insert's displacement does (alone: nothing else runs during
+  // a rehash; the maintenance record brackets the move). Before, the open failed with
+  // kCorruptTable and every reopen met the same full slots.
+  void place_by_displacement() {
+    const uint32_t level = bottom_;
+    for (uint64_t index = 0; index < format::level_buckets(level); ++index) {
+      std::byte* b = bucket(level, index);
+      for (int s = 0; s < S; ++s) {
+        const SlotRef from{b, level, index, static_cast<uint32_t>(s)};
+        const uint64_t state = Memory::load(state_word(from));
+        if (!format::is_published(state)) continue;
+        Probe item;
+        load_probe(from, state, item);
+        if (!copy_up(from, item) && !(displace_for(item, level + 1, highest_) && copy_up(from, item)))
+          throw Error(ErrorCode::kCorruptTable,
+                      "resize could not place every item of the bottom level, not even by displacement; the pool "
+                      "stays in resize state");
+        GPHASH_CRASH_POINT("rehash.after_copy_up");
+        Memory::store(state_word(from), format::kSlotEmpty);
+        mem_.persist(state_word(from), 8);
+        GPHASH_CRASH_POINT("rehash.after_clear");
+      }
+    }
   }
 
   // Recovery: a slot left INSERTING was never published, so it is empty.
@@ -551,11 +578,11 @@ class CpuTable {
     else return std::memcmp(key_bytes(a), key_bytes(b), KeyWidth) == 0;
   }
 
-  // The items in p's candidate buckets, in the order displacement tries them: f(slot, item) until
-  // it returns true (then this does too).
+  // The items in p's candidate buckets of levels [lo, hi], in the order displacement tries them:
+  // f(slot, item) until it returns true (then this does too).
   template <class F>
-  bool for_each_item_to_displace(const Probe& p, F&& f) const {
-    for (uint32_t level = top_ + 1; level-- > bottom_;)
+  bool for_each_item_to_displace(const Probe& p, uint32_t lo, uint32_t hi, F&& f) const {
+    for (uint32_t level = hi + 1; level-- > lo;)
       for (int j = 0; j < H; ++j) {
         if (repeated_bucket(p, level, j)) continue;
         const uint64_t index = format::bucket_at(p.hash[j], level);
