@@ -1481,7 +1481,9 @@ class GpuEngine final : public Engine {
     if (host_scan_.get()->corrupt)
       throw Error(ErrorCode::kCorruptTable, "resize could not place " + std::to_string(host_scan_.get()->corrupt) +
                                                 " items of level " + std::to_string(old_bottom) +
-                                                "; the pool stays in resize state and reopening it retries");
+                                                (gpu_memory_ ? std::string("; the table in GPU memory is lost")
+                                                             : std::string("; the pool stays in resize state: opening it with "
+                                                                           "the CPU engine places them by displacement")));
   }
 
   void grow_heap() {
