@@ -98,30 +98,7 @@ inline void run_property_case(const PropertyCase& c, int rounds = 40, size_t max
   EXPECT_GT(resizes_seen, 0u) << "the test should cross resizes";
   CheckResult check = table->check();
   EXPECT_TRUE(check.ok) << check.violation;
-  // Every key of the model is found with its value.
-  const size_t m = model.size();
-  std::vector<uint64_t> kwords(m * c.key_width / 8 + 1);
-  std::string out(m * c.value_width, '\0');
-  std::vector<std::string> want;
-  size_t at = 0;
-  for (const auto& [k, v] : model.map()) {
-    std::memcpy(reinterpret_cast<char*>(kwords.data()) + at, k.data(), c.key_width);
-    at += c.key_width;
-    want.push_back(v);
-  }
-  std::vector<OpStatus> status(m);
-  Batch b;
-  b.size = m;
-  b.key_width = c.key_width;
-  b.value_width = c.value_width;
-  b.keys = kwords.data();
-  b.values_out = out.data();
-  b.status = status.data();
-  table->execute(b);
-  for (size_t i = 0; i < m; ++i) {
-    ASSERT_EQ(status[i], OpStatus::kOk);
-    ASSERT_TRUE(std::string(out.data() + i * c.value_width, c.value_width) == want[i]) << "value differs at " << i;
-  }
+  expect_table_holds_model(*table, model, c.key_width, c.value_width);
 }
 
 inline std::vector<PropertyCase> cases_for(const std::vector<std::pair<OpenOptions, std::string>>& engines) {

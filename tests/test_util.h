@@ -93,6 +93,33 @@ inline std::string random_bytes(std::mt19937_64& rng, size_t n) {
   return s;
 }
 
+// Every key of `model` is found in `table` with its value (one batch of searches).
+inline void expect_table_holds_model(Table& table, const Model& model, uint32_t key_width, uint32_t value_width) {
+  const size_t m = model.size();
+  std::vector<uint64_t> kwords(m * key_width / 8 + 1);
+  std::string out(m * value_width, '\0');
+  std::vector<std::string> want;
+  size_t at = 0;
+  for (const auto& [k, v] : model.map()) {
+    std::memcpy(reinterpret_cast<char*>(kwords.data()) + at, k.data(), key_width);
+    at += key_width;
+    want.push_back(v);
+  }
+  std::vector<OpStatus> status(m);
+  Batch b;
+  b.size = m;
+  b.key_width = key_width;
+  b.value_width = value_width;
+  b.keys = kwords.data();
+  b.values_out = out.data();
+  b.status = status.data();
+  table.execute(b);
+  for (size_t i = 0; i < m; ++i) {
+    ASSERT_EQ(status[i], OpStatus::kOk);
+    ASSERT_TRUE(std::string(out.data() + i * value_width, value_width) == want[i]) << "value differs at " << i;
+  }
+}
+
 // Batches of 8-byte keys with values derived from the keys, for any value width.
 namespace batches {
 
