@@ -330,10 +330,7 @@ class CpuTable {
             continue;
           }
           link(to, item, Memory::load(value_word(from)));
-          GPHASH_CRASH_POINT("rehash.after_copy_up");
-          Memory::store(state_word(from), format::kSlotEmpty);
-          mem_.persist(state_word(from), 8);
-          GPHASH_CRASH_POINT("rehash.after_clear");
+          clear_below(from);
         }
       }
     }
@@ -377,10 +374,7 @@ class CpuTable {
           unplaced.store(true);
           return;
         }
-        GPHASH_CRASH_POINT("rehash.after_copy_up");
-        Memory::store(state_word(q.from), format::kSlotEmpty);
-        mem_.persist(state_word(q.from), 8);
-        GPHASH_CRASH_POINT("rehash.after_clear");
+        clear_below(q.from);
       };
       const uint64_t end = std::min(format::level_buckets(level), (c + 1) * kChunk);
       for (uint64_t index = c * kChunk; index < end; ++index) {
@@ -421,12 +415,17 @@ class CpuTable {
           throw Error(ErrorCode::kCorruptTable,
                       "resize could not place every item of the bottom level, not even by displacement; the pool "
                       "stays in resize state");
-        GPHASH_CRASH_POINT("rehash.after_copy_up");
-        Memory::store(state_word(from), format::kSlotEmpty);
-        mem_.persist(state_word(from), 8);
-        GPHASH_CRASH_POINT("rehash.after_clear");
+        clear_below(from);
       }
     }
+  }
+
+  // Rehash: an item's bottom copy, once it is copied up, is dropped.
+  void clear_below(const SlotRef& from) {
+    GPHASH_CRASH_POINT("rehash.after_copy_up");
+    Memory::store(state_word(from), format::kSlotEmpty);
+    mem_.persist(state_word(from), 8);
+    GPHASH_CRASH_POINT("rehash.after_clear");
   }
 
   // Recovery: a slot left INSERTING was never published, so it is empty.
