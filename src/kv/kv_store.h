@@ -62,6 +62,12 @@ struct KvConfig {
   // snapshot needs a moment when every resolved change is in the index, which a busy pipeline
   // rarely has: run() drains the pipeline when one waits.
   bool pipeline = false;
+  // A round's searches of signatures that the same index batch changes are answered by the
+  // changes, so the batch repeats no key. Unset: with the GPU engine only, which plans a batch that
+  // repeats a key (a small batch about 20 us more, bench/results/2026-11-28-small-batches); the CPU
+  // engine orders repeats for almost nothing, and looking for them cost its rounds 3-7%
+  // (kv_round_bench on the 2-core VM, 64 keys, half sets).
+  std::optional<bool> answer_repeated_searches;
   // Store mode: snapshots of the index pool, items included (gphash/snapshot.h); with a path, a
   // missing pool is restored from it at start.
   SnapshotOptions snapshots;
@@ -157,6 +163,8 @@ class KvStore {
   void recover();
   void adopt_legacy_items(Table& table, const std::string& path, std::span<std::byte> region);
   uint32_t slot_now(const Signature& sig);  // the round's slot for a signature, searching at once if it is new
+  Location search_now(const Signature& sig);
+  bool answer_by_changes(const Round& searching);
   Found find(uint32_t slot, std::string_view key);
   void prefetch_item(Location loc) const;
   Location predecessor(uint32_t slot, Location loc) const;
@@ -196,6 +204,7 @@ class KvStore {
   std::unique_ptr<ItemStore> items_;  // in store mode, in index_'s pool
   const bool pipelined_;
   const bool index_runs_in_submit_;  // Table::submit returns with the batch done
+  const bool answer_repeated_searches_;  // KvConfig::answer_repeated_searches
   std::unique_ptr<Round> round_;     // the round being resolved
   std::unique_ptr<Round> launched_;  // the round whose searches were sent last (launched_cmds_)
   std::unique_ptr<Round> spare_;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <span>
@@ -278,7 +279,7 @@ TEST(KvStore, SignatureCollisionsLoseNothing) {
 
 namespace {
 void run_model_in_store_mode(const char* name, SignatureFn sig, uint64_t seed, int rounds, int keys, bool pipelined,
-                             bool pipelined_store = false) {
+                             bool pipelined_store = false, std::optional<bool> answer_repeated_searches = {}) {
   const std::string pool = pool_name(name);
   remove_pool(pool);
   {
@@ -286,6 +287,7 @@ void run_model_in_store_mode(const char* name, SignatureFn sig, uint64_t seed, i
     c.mode = Mode::kStore;
     c.pool = pool;
     c.pipeline = pipelined_store;
+    c.answer_repeated_searches = answer_repeated_searches;
     KvStore store(c);
     run_model(store, seed, rounds, keys, pipelined);
   }
@@ -312,6 +314,20 @@ TEST(KvStore, OverlappedRoundsMatchModel) {
   run_model(cache, 6, 2000, 60, /*pipelined=*/true);
   run_model_in_store_mode("overlapped", weak_signature, 8, 1500, 60, /*pipelined=*/true, /*pipelined_store=*/true);
   run_model_in_store_mode("overlapped2", xxh3_signature, 9, 1500, 200, /*pipelined=*/true, /*pipelined_store=*/true);
+}
+
+// KvConfig::answer_repeated_searches (by default only with the GPU engine): a round's searches of
+// signatures that the same index batch changes, answered by those changes, give the same results.
+TEST(KvStore, SearchesAnsweredByTheBatchsChangesMatchModel) {
+  for (const bool pipeline : {false, true}) {
+    KvConfig c = cache_config(weak_signature);
+    c.pipeline = pipeline;
+    c.answer_repeated_searches = true;
+    KvStore cache(c);
+    run_model(cache, 12, 2000, 60, /*pipelined=*/true);
+  }
+  run_model_in_store_mode("answered", weak_signature, 13, 1500, 60, /*pipelined=*/true, /*pipelined_store=*/false, true);
+  run_model_in_store_mode("answered2", xxh3_signature, 14, 1500, 200, /*pipelined=*/true, /*pipelined_store=*/true, true);
 }
 
 // Pipelined, a round is resolved while the next one's searches run, and a read of a signature
