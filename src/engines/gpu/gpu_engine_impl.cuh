@@ -1183,7 +1183,7 @@ class GpuEngine final : public Engine {
         } else {
           batch_kernel<Access::kMirror, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
           GPHASH_CUDA(cudaGetLastError());
-          serial_kernel<Access::kMirror><<<grid_of(serial_kernel<Access::kMirror, T>, kBlock, serial_blocks_), kBlock, 0, stream>>>(dt_, ctx_, bv);
+          serial_kernel<Access::kMirror><<<serial_grid(serial_kernel<Access::kMirror, T>, bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         }
         join_long_runs<Access::kMirror>(bv, beside, stream);
         break;
@@ -1192,7 +1192,7 @@ class GpuEngine final : public Engine {
         const bool beside = launch_long_runs<Access::kDirect>(bv, stream);
         batch_kernel<Access::kDirect, T, false><<<blocks_for(bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         GPHASH_CUDA(cudaGetLastError());
-        serial_kernel<Access::kDirect><<<grid_of(serial_kernel<Access::kDirect, T>, kBlock, serial_blocks_), kBlock, 0, stream>>>(dt_, ctx_, bv);
+        serial_kernel<Access::kDirect><<<serial_grid(serial_kernel<Access::kDirect, T>, bv.n), kBlock, 0, stream>>>(dt_, ctx_, bv);
         join_long_runs<Access::kDirect>(bv, beside, stream);
         break;
       }
@@ -1243,6 +1243,17 @@ class GpuEngine final : public Engine {
     long_run_kernel<A><<<grid_of(long_run_kernel<A, T>, block, long_run_blocks_), block, 0, stream>>>(
         dt_, ctx_, bv, long_windows_.get(), long_windows_epoch_, whole_runs);
     GPHASH_CUDA(cudaGetLastError());
+  }
+
+  // serial_kernel's grid: as many blocks as the GPU holds at once, but no more warps than the batch
+  // has operations (each run holds one at least; warps take runs from a counter, so any grid does
+  // all of them). A small batch then leaves the other SMs to the batches that other tables (the
+  // server's partitions) run on the GPU at the same time, which a grid over the whole GPU held up.
+  template <class Kernel>
+  unsigned serial_grid(Kernel kernel, size_t n) {
+    constexpr size_t warps_per_block = kBlock / 32;
+    const size_t enough = std::max<size_t>(1, (n + warps_per_block - 1) / warps_per_block);
+    return static_cast<unsigned>(std::min<size_t>(grid_of(kernel, kBlock, serial_blocks_), enough));
   }
 
   // The grid of a kernel whose blocks take work from a shared counter until none is left: as many
