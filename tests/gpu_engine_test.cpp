@@ -1,11 +1,13 @@
 // The GPU engine: the CPU engine's property tests through every GPU variant and placement,
-// cross-engine pools, batches full of duplicate keys, resize under load, batches in GPU memory
-// and the errors of pools the GPU cannot map. Skipped where no GPU is present.
+// cross-engine pools, batches full of duplicate keys, resize under load, batches in GPU memory,
+// the errors of pools the GPU cannot map and a resumed resize that needs displacement. Skipped
+// where no GPU is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -16,6 +18,7 @@
 #include "format/hash.h"
 #include "format/slot.h"
 #include "property_common.h"
+#include "resize_state_util.h"
 
 namespace gphash::testing {
 namespace {
@@ -382,6 +385,29 @@ TEST(GpuEngine, TheRepeatCheckFindsEveryRepeatInALargeBatch) {
   }
   const CheckResult c = t.check();
   EXPECT_TRUE(c.ok) << c.violation;
+}
+
+// A resumed resize that the insert rule cannot finish (one bottom item's candidate slots above all
+// full, made by hand as in the CPU engine's test): the GPU engine's recovery places the item after
+// moving another aside, host-mapped and before a table moves to GPU memory; the CPU engine then
+// finds the pool whole. Before, the open failed with kCorruptTable, and so did every reopen.
+TEST(GpuEngine, ResumedResizeMakesRoomForAnItemWhoseSlotsAboveAreFull) {
+  REQUIRE_GPU();
+  for (Placement placement : {Placement::kHostMapped, Placement::kGpuMemory}) {
+    TempPool pool("resume");
+    std::map<uint64_t, uint64_t> model;  // key -> value
+    ASSERT_NO_FATAL_FAILURE(make_resize_that_needs_displacement(pool.path(), model));
+    {
+      Table t = Table::open(pool.path(), gpu(placement));
+      EXPECT_TRUE(t.info().recovered);
+      EXPECT_EQ(t.info().items, model.size());
+      expect_table_holds(t, model);
+    }
+    Table t = Table::open(pool.path());
+    const CheckResult c = t.check();
+    EXPECT_TRUE(c.ok) << c.violation;
+    expect_table_holds(t, model);
+  }
 }
 
 TEST(GpuEngine, ResizesUnderLoadKeepEveryItem) {

@@ -15,13 +15,11 @@
 #include <utility>
 #include <vector>
 
-#include "engines/common/table_meta.h"
-#include "format/hash.h"
 #include "format/header.h"
 #include "format/layout.h"
 #include "format/slot.h"
 #include "gphash/table.h"
-#include "pool/pool.h"
+#include "resize_state_util.h"
 #include "test_util.h"
 
 namespace gphash {
@@ -224,72 +222,14 @@ TEST(Resize, MovesEachBottomItemUnderItsOwnBucketInTheNewTop) {
 TEST(Resize, ResumedResizeMakesRoomForAnItemWhoseSlotsAboveAreFull) {
   testing::TempPool pool("resume");
   std::map<uint64_t, uint64_t> model;  // key -> value
-  {
-    Table table = Table::create(pool.path(), {8, 8, {2, 2, 8}, 64, 5});
-    run_batch(table, Op::kInsert, 1, 40);
-    ASSERT_EQ(table.info().resizes, 0u);
-    for (uint64_t k = 1; k <= 40; ++k) model[k] = k;
-  }
-  {
-    auto p = pool::Pool::open(pool.path(), {});
-    engine::TableMeta meta(*p);
-    meta.mark_open_dirty();
-    meta.begin_resize();
-    const format::PoolHeader& h = p->header();
-    const uint32_t bottom = h.gphash.bottom_level, highest = format::highest_level(h);
-    ASSERT_EQ(highest, bottom + 2);
-    const format::BucketLayout layout{8, 8};
-    const uint64_t seed[2] = {format::hash_seed_for(h.gphash.hash_seed, 0), format::hash_seed_for(h.gphash.hash_seed, 1)};
-    auto hash = [&](uint64_t key, int j) { return format::xxh64_words<1>(&key, seed[j]); };
-    auto word = [&](uint32_t level, uint64_t b, uint32_t offset) {
-      return reinterpret_cast<uint64_t*>(meta.bucket(level, b) + offset);
-    };
-    // A bottom item, and every free slot of its candidate buckets above filled with new items.
-    uint64_t x = 0;
-    for (uint64_t b = 0; b < format::level_buckets(bottom) && !x; ++b)
-      for (uint32_t s = 0; s < 8 && !x; ++s)
-        if (const uint64_t state = *word(bottom, b, layout.state_offset(s)); format::is_published(state))
-          x = format::decode_key_word(state);
-    ASSERT_NE(x, 0u);
-    std::mt19937_64 rng(3);
-    uint64_t added = 0;
-    for (uint32_t level = bottom + 1; level <= highest; ++level)
-      for (int j = 0; j < 2; ++j) {
-        const uint64_t b = format::bucket_at(hash(x, j), level);
-        for (uint32_t s = 0; s < 8; ++s) {
-          if (*word(level, b, layout.state_offset(s)) != format::kSlotEmpty) continue;
-          uint64_t k = 0;
-          do k = rng() >> 8;  // not a reserved key
-          while (model.count(k) || (format::bucket_at(hash(k, 0), level) != b && format::bucket_at(hash(k, 1), level) != b));
-          *word(level, b, layout.value_offset(s)) = k ^ 1;
-          *word(level, b, layout.state_offset(s)) = format::encode_key_word(k);
-          model[k] = k ^ 1;
-          ++added;
-        }
-      }
-    ASSERT_GT(added, 0u);
-  }  // closed without finishing: the next open recovers and resumes the resize
+  ASSERT_NO_FATAL_FAILURE(testing::make_resize_that_needs_displacement(pool.path(), model));
   Table table = Table::open(pool.path());
   const TableInfo info = table.info();
   EXPECT_TRUE(info.recovered);
   EXPECT_EQ(info.items, model.size());
   CheckResult check = table.check();
   EXPECT_TRUE(check.ok) << check.violation;
-  std::vector<uint64_t> keys, values(model.size());
-  for (const auto& [k, v] : model) keys.push_back(k);
-  std::vector<OpStatus> status(keys.size());
-  Batch b;
-  b.size = keys.size();
-  b.key_width = 8;
-  b.value_width = 8;
-  b.keys = keys.data();
-  b.values_out = values.data();
-  b.status = status.data();
-  table.execute(b);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    ASSERT_EQ(status[i], OpStatus::kOk) << "key " << keys[i];
-    EXPECT_EQ(values[i], model[keys[i]]);
-  }
+  testing::expect_table_holds(table, model);
 }
 
 }  // namespace

@@ -1489,12 +1489,30 @@ class GpuEngine final : public Engine {
     }
     GPHASH_CUDA(cudaGetLastError());
     read_scan();
-    if (host_scan_.get()->corrupt)
-      throw Error(ErrorCode::kCorruptTable, "resize could not place " + std::to_string(host_scan_.get()->corrupt) +
-                                                " items of level " + std::to_string(old_bottom) +
-                                                (gpu_memory_ ? std::string("; the table in GPU memory is lost")
-                                                             : std::string("; the pool stays in resize state: opening it with "
-                                                                           "the CPU engine places them by displacement")));
+    if (const uint64_t left = host_scan_.get()->corrupt) place_by_displacement(upper, old_bottom, left);
+  }
+
+  // The items the rehash kernels left below (every candidate slot above them full), placed one at
+  // a time after moving an item aside (list_items_kernel, rehash_displace_kernel). Rare: a
+  // resumed resize of a nearly full small table; the CPU engine's rehash does the same.
+  void place_by_displacement(const T& upper, uint32_t old_bottom, uint64_t left) {
+    DeviceBuffer<uint64_t> list(left);
+    reset_scan();
+    list_items_kernel<<<blocks_for(format::level_buckets(old_bottom) * T::S), kBlock, 0, slow_stream_>>>(
+        upper, old_bottom, list.get(), left, scan_.get());
+    if (upper.tags)
+      rehash_displace_kernel<Access::kMirror><<<1, 32, 0, slow_stream_>>>(upper, ctx_, old_bottom, list.get(), left, scan_.get());
+    else
+      rehash_displace_kernel<Access::kDirect><<<1, 32, 0, slow_stream_>>>(upper, ctx_, old_bottom, list.get(), left, scan_.get());
+    GPHASH_CUDA(cudaGetLastError());
+    read_scan();
+    const ScanCounters& r = *host_scan_.get();
+    const uint64_t unplaced = r.corrupt + (r.items > left ? r.items - left : 0);
+    if (unplaced)
+      throw Error(ErrorCode::kCorruptTable,
+                  "resize could not place " + std::to_string(unplaced) + " items of level " + std::to_string(old_bottom) +
+                      " even by displacement" +
+                      (gpu_memory_ ? std::string("; the table in GPU memory is lost") : std::string("; the pool stays in resize state")));
   }
 
   void grow_heap() {

@@ -312,6 +312,72 @@ __global__ void rehash_kernel(const __grid_constant__ T upper, uint32_t old_leve
   }
 }
 
+// Resize step 2's last resort, for the items rehash_kernel or rehash_mirror_kernel left in the
+// old bottom level (every candidate slot above them full). list_items_kernel lists their slots;
+// rehash_displace_kernel, one warp, places them one at a time, each after moving an item out of
+// its candidate buckets to a free slot among that item's own (WarpOps::displace: the inserts'
+// protocol, maintenance record included), then clears the old slot. What still cannot be placed
+// is counted in out->corrupt and stays below, so a resumed resize meets it again.
+template <class T>
+__global__ void list_items_kernel(const __grid_constant__ T t, uint32_t level, uint64_t* list, uint64_t capacity,
+                                  ScanCounters* out) {
+  const uint64_t slot_index = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (slot_index >= format::level_buckets(level) * T::S) return;
+  std::byte* bucket = t.level[level] + (slot_index / T::S) * T::Layout::kBytes;
+  if (!format::is_published(load_volatile(T::state_word(bucket, static_cast<int>(slot_index % T::S))))) return;
+  const unsigned long long k = atomicAdd(&out->items, 1ull);
+  if (k < capacity) list[k] = slot_index;
+}
+
+template <Access A, class T>
+__global__ void rehash_displace_kernel(const __grid_constant__ T upper, const __grid_constant__ BatchContext ctx,
+                                       uint32_t old_level, const uint64_t* list, uint64_t capacity, ScanCounters* out) {
+  const int lane = threadIdx.x & 31;
+  const uint64_t count = min(capacity, static_cast<uint64_t>(*reinterpret_cast<volatile unsigned long long*>(&out->items)));
+  long long unused_delta = 0;  // moves leave the item count as it is
+  const BatchView no_batch{};
+  WarpOps<A, T> ops{upper, ctx, no_batch, lane, unused_delta};
+  for (uint64_t k = 0; k < count; ++k) {
+    std::byte* bucket = upper.level[old_level] + (list[k] / T::S) * T::Layout::kBytes;
+    const int s = static_cast<int>(list[k] % T::S);
+    const uint64_t state = load_volatile(T::state_word(bucket, s));
+    uint64_t key[T::kKeyWords];
+#pragma unroll
+    for (int w = 0; w < T::kKeyWords; ++w)
+      key[w] = T::Layout::kKeyIsState ? format::decode_key_word(state) : load_volatile(T::key_words(bucket, s) + w);
+    const uint64_t value = load_volatile(T::value_word(bucket, s));
+    KeyProbe<T> p;
+    make_probe(upper, key, p);
+    LaneSlot<T> ls = lane_slot(upper, p, lane);
+    bool placed = false;
+    // The warp is alone in the table: a displacement frees one of p's slots and the claim of a free
+    // slot succeeds, so two rounds do; the bound only guards against a slot that cannot be claimed.
+    for (int round = 0; round < 4 && !placed; ++round) {
+      const WarpProbe r = warp_probe<A>(upper, p, ls, lane);
+      if (r.found) {
+        placed = true;  // copied by an earlier, interrupted attempt
+        break;
+      }
+      if (r.target < 0) {
+        if (ops.displace(p, ls, /*parallel=*/false)) continue;
+        break;
+      }
+      const bool claimed = lane == r.target && claim_slot<A>(upper, ls);
+      if (claimed) link_slot<A>(upper, ls.level, ls.bucket, ls.slot, ls.tag_index, p.key, p.published, p.tag, value);
+      placed = __any_sync(kFullMask, claimed);
+    }
+    if (!placed) {
+      if (lane == 0) atomicAdd(&out->corrupt, 1ull);
+      continue;
+    }
+    if (lane == 0) {
+      upper.writes.store(T::state_word(bucket, s), format::kSlotEmpty);
+      upper.writes.barrier();
+    }
+    __syncwarp();
+  }
+}
+
 // Export: the published items of slots [first, first + count) (a slot index over the active
 // levels, bottom first) are compacted into keys / values; out->items counts them.
 template <class T>
