@@ -200,7 +200,10 @@ class Table {
   ~Table();  // closes cleanly
 
   // Runs a batch (semantics in gphash/ops.h). Throws gphash::Error for a malformed batch (wrong
-  // key or value width, missing arrays, unknown op) before touching the table.
+  // key or value width, missing arrays, unknown op) before touching the table. A batch in GPU
+  // memory runs after the work already on the legacy default stream (a cudaMemcpy that filled its
+  // arrays, kernels launched without a stream); one filled on another stream needs that stream
+  // synchronized first, or execute_async on it.
   void execute(const Batch& batch);
 
   // Enqueues a batch on a CUDA stream and returns at once (GPU engine; the CPU engine runs it

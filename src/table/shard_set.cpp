@@ -114,6 +114,7 @@ struct ShardSet::DeviceRouting {
   int device = -1;
   engine::gpu::DeviceRouter router;
   engine::gpu::Stream stream;
+  engine::gpu::Event legacy_done{false};  // engine::gpu::wait_for_legacy_stream
 };
 
 namespace {
@@ -392,6 +393,7 @@ void ShardSet::execute_on_device(const Batch& b) {
     enable_peer_access(home, options_.shards);
   }
   engine::gpu::DeviceRouter& router = routing_->router;
+  engine::gpu::wait_for_legacy_stream(routing_->stream, routing_->legacy_done);
   const engine::gpu::Routes routes = router.route(b, n, routing_->stream);
   const std::vector<size_t>& begin = routes.begin;
   const uint32_t kw = b.key_width, vw = b.value_width;

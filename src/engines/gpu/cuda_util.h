@@ -137,4 +137,14 @@ class Event {
   cudaEvent_t e_ = nullptr;
 };
 
+// Makes `stream` wait for the work already on the current device's legacy default stream (stream
+// 0). The engine's streams are non-blocking, so stream 0 does not order them, and a cudaMemcpy from
+// pageable memory returns before its DMA has landed: a batch in GPU memory filled that way and run
+// by execute() could be read before its arrays are written (tests/gpu_test_util.h: the same race
+// between a test's copy and its own kernel). Costs an event record and a wait, a few microseconds.
+inline void wait_for_legacy_stream(cudaStream_t stream, cudaEvent_t event) {
+  GPHASH_CUDA(cudaEventRecord(event, cudaStreamLegacy));
+  GPHASH_CUDA(cudaStreamWaitEvent(stream, event, 0));
+}
+
 }  // namespace gphash::engine::gpu

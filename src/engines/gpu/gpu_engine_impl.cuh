@@ -236,6 +236,7 @@ class GpuEngine final : public Engine {
     settle();
     if (session_open_)
       throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
+    if (batch.memory == MemorySpace::kDevice) wait_for_legacy_stream(batch_stream_, legacy_done_);
     for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
       execute_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset));
   }
@@ -259,6 +260,7 @@ class GpuEngine final : public Engine {
     if (session_open_)
       throw Error(ErrorCode::kInvalidArgument, "a device session is open on this table: end it before running batches");
     if (batch.memory == MemorySpace::kDevice || batch.size > kMaxChunk) {
+      if (batch.memory == MemorySpace::kDevice) wait_for_legacy_stream(batch_stream_, legacy_done_);
       for (size_t offset = 0; offset < batch.size; offset += kMaxChunk)
         execute_chunk(batch, offset, std::min(kMaxChunk, batch.size - offset));
       return nullptr;
@@ -1662,6 +1664,7 @@ class GpuEngine final : public Engine {
   Stream long_stream_{/*high_priority=*/true};  // launch_long_runs: long_run_kernel beside the batch kernel
   Stream capture_stream_;                       // launch_plan_graph captures the plan here (nothing runs on it)
   Event start_, planned_, ran_, counted_{false}, long_runs_start_{false}, long_runs_done_{false};
+  Event legacy_done_{false};  // execute() of a batch in GPU memory: wait_for_legacy_stream
   std::optional<ChunkInFlight> submitted_;  // Table::submit's chunk between its halves
   std::shared_ptr<SubmittedCompletion> submitted_done_;
   // The batch counters sit between the inputs and the outputs of execute's small batches in one
