@@ -27,12 +27,17 @@ inline OpenOptions gpu(Placement placement = Placement::kHostMapped) {
   return o;
 }
 
-// GPU memory that frees itself.
+// GPU memory that frees itself. Its copies wait for the whole device: the tests' streams are
+// non-blocking, which the legacy default stream of cudaMemcpy does not order, and a cudaMemcpy from
+// pageable memory returns before its DMA has landed: a kernel on such a stream can read the array
+// before it is written (the likely cause of gpm_gpu_test's KVS finding a value no key was set to,
+// 1 run in about 150 with other processes on the GPU).
 template <class T>
 struct Device {
   explicit Device(size_t n) : n(n) { EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess); }
   Device(const T* host, size_t count) : Device(count) {
     EXPECT_EQ(cudaMemcpy(p, host, count * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   explicit Device(const std::vector<T>& v) : Device(v.data(), v.size()) {}
   ~Device() { cudaFree(p); }
@@ -40,6 +45,7 @@ struct Device {
   Device& operator=(const Device&) = delete;
   std::vector<T> get() const {
     std::vector<T> v(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
     return v;
   }
