@@ -130,7 +130,9 @@ TEST(Submit, HostBatchesFinishOnWaitOrOnTheTablesNextCall) {
       for (int i = 0; i < 512; ++i) {
         const bool present = probe[i] < next_key;
         ASSERT_EQ(st[i], present ? OpStatus::kOk : OpStatus::kNotFound) << round << " " << i;
-        if (present) ASSERT_EQ(found[i], probe[i] * 3 + 1) << round << " " << i;
+        if (present) {
+          ASSERT_EQ(found[i], probe[i] * 3 + 1) << round << " " << i;
+        }
       }
     }
     EXPECT_GT(t.info().resizes, 0u);
@@ -172,6 +174,32 @@ TEST(Streams, ADeviceBatchIsNeverReadByTheHost) {
   const auto st = dstatus.get();
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(st[i], i == 17 ? OpStatus::kInvalidOp : OpStatus::kOk) << i;
   EXPECT_EQ(t.size(), n - 1);
+}
+
+// execute() of a batch in GPU memory comes after the work already on the legacy default stream,
+// as a cudaMemcpy's DMA or a kernel launched without a stream (the engine's own streams are
+// non-blocking, so nothing orders them after stream 0 unless it waits). Here a kernel on stream 0
+// writes the keys 50 ms late; without the wait the searches ran first, on an array of zeros.
+TEST(Streams, ADeviceBatchWaitsForTheWorkOnTheDefaultStream) {
+  REQUIRE_GPU();
+  Table t = Table::create("mem:", {8, 8, {}, 1 << 16, 2}, gpu());
+  constexpr size_t n = 20000;
+  const std::vector<uint64_t> keys = shuffled_keys(n, 4);
+  run(t, Op::kInsert, keys);
+  Device<uint64_t> source(keys), late(n), out(n);
+  Device<OpStatus> status(n);
+  ASSERT_EQ(cudaMemset(late.p, 0, n * 8), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  copy_late_on_stream_zero(late.p, source.p, n, 50'000'000);
+  t.execute(device_batch(Op::kSearch, late, nullptr, out.p, status.p));
+  const auto st = status.get();
+  const auto got = out.get();
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(st[i], OpStatus::kOk) << "key " << keys[i] << " at " << i;
+    uint64_t want;
+    std::memcpy(&want, value_for(keys[i], 8).data(), 8);
+    ASSERT_EQ(got[i], want) << "key " << keys[i];
+  }
 }
 
 TEST(Streams, ExportIntoGpuMemoryReturnsEveryItemOnce) {

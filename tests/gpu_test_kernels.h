@@ -18,4 +18,8 @@ void session_apply(const DeviceSession& session, cudaStream_t stream, const uint
 // `warps` warps each upsert `key` with value warp + 1, many times over, all at once.
 void session_upsert_one_key(const DeviceSession& session, cudaStream_t stream, uint64_t key, int warps, int rounds);
 
+// On the legacy default stream (stream 0): waits about `delay_ns` on the GPU, then copies n words
+// from src to dst. Stands for work on stream 0 that fills a batch's arrays late.
+void copy_late_on_stream_zero(uint64_t* dst, const uint64_t* src, size_t n, uint64_t delay_ns);
+
 }  // namespace gphash::testing
