@@ -3,8 +3,8 @@
 # closed loop, every connection keeps DEPTH requests in flight), same number of server threads.
 # The matrix: 16-byte keys; 32- and 512-byte values; 95% and 50% gets; uniform and Zipf 0.99
 # keys; multi-gets of 1 and 100 keys. For each: throughput (key operations per second), p50 and
-# p99 latency per request, and for gphash-server where its time goes (read, parse, index,
-# resolve, reply, write: from its stats). With an NVIDIA GPU, NVML's power reading gives
+# p99 latency per request, each server's CPU time per request (its `stats` rusage), and for
+# gphash-server where its time goes (read, parse, index, resolve, reply, write: from its stats). With an NVIDIA GPU, NVML's power reading gives
 # operations per watt.
 #
 #   scripts/server_bench.sh                       # builds build/ first if the binaries are not there
@@ -114,8 +114,7 @@ for cfg in "${configs[@]}"; do
     wait_port "$port"
     run=$("$loadgen" -p "$port" --threads "$lthreads" --connections "$conns" --depth "$depth" --seconds "$seconds" \
           --keys "$keys" --key-size 16 --value-size "$value" --get-ratio "$gets" --distribution "$dist" --multiget "$mget" "${nvml[@]}")
-    extra='{}'
-    [[ $which == gphash ]] && extra=$(stats_of "$port")
+    extra=$(stats_of "$port")
     kill "$pid"; wait "$pid" 2>/dev/null || true
     echo "{\"config\":\"v$value get$gets $dist mget$mget\",\"server\":\"$which\",\"engine\":\"$engine\",\"server_threads\":$threads,\"load\":$run,\"stats\":$extra}" >>"$results"
     /usr/bin/env python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print("%-34s %-10s %12.0f %9.1f %9.1f" % (sys.argv[2], sys.argv[3], j["ops_per_s"], j["p50_us"], j["p99_us"]) + ("  %.0f ops/W" % j["ops_per_gpu_watt"] if "ops_per_gpu_watt" in j else ""))' \
@@ -144,17 +143,22 @@ if summary:
 from statistics import median
 table = {}
 for r in rows:
+    # The server's CPU time (all its threads, user + system, the load generator's preload included)
+    # per request: at one request in flight both servers' threads are busy, and this is what sets
+    # their throughput.
+    st = r["stats"]
+    r["load"]["cpu_us_per_request"] = 1e6 * (float(st.get("rusage_user", 0)) + float(st.get("rusage_system", 0))) / max(r["load"]["requests"], 1)
     table.setdefault(r["config"], {}).setdefault(r["server"], []).append(r["load"])
 medians = {}
 print(f"\nmedians of {max(len(v) for t in table.values() for v in t.values())} run(s):")
-print("%-34s %12s %9s %9s   %12s %9s %9s   %6s" % ("configuration", "memcached", "p50", "p99", "gphash", "p50", "p99", "ratio"))
+print("%-34s %12s %9s %9s   %12s %9s %9s   %6s   %s" % ("configuration", "memcached", "p50", "p99", "gphash", "p50", "p99", "ratio", "CPU us/request (memcached, gphash)"))
 for cfg, t in table.items():
-    m = {s: {k: median(x[k] for x in runs) for k in ("ops_per_s", "p50_us", "p99_us")} for s, runs in t.items()}
+    m = {s: {k: median(x[k] for x in runs) for k in ("ops_per_s", "p50_us", "p99_us", "cpu_us_per_request")} for s, runs in t.items()}
     medians[cfg] = m
     if "memcached" in m and "gphash" in m:
         a, b = m["memcached"], m["gphash"]
-        print("%-34s %12.0f %9.1f %9.1f   %12.0f %9.1f %9.1f   %6.2f" % (cfg, a["ops_per_s"], a["p50_us"], a["p99_us"],
-              b["ops_per_s"], b["p50_us"], b["p99_us"], b["ops_per_s"] / a["ops_per_s"]))
+        print("%-34s %12.0f %9.1f %9.1f   %12.0f %9.1f %9.1f   %6.2f   %5.2f %5.2f" % (cfg, a["ops_per_s"], a["p50_us"], a["p99_us"],
+              b["ops_per_s"], b["p50_us"], b["p99_us"], b["ops_per_s"] / a["ops_per_s"], a["cpu_us_per_request"], b["cpu_us_per_request"]))
 ratios = [m["gphash"]["ops_per_s"] / m["memcached"]["ops_per_s"] for m in medians.values() if "gphash" in m and "memcached" in m]
 if ratios:
     print(f"gphash/memcached throughput (medians): min {min(ratios):.2f}, max {max(ratios):.2f}; gphash p99 <= 1 ms in "

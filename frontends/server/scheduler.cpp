@@ -180,6 +180,7 @@ void Scheduler::complete_settled(Worker* self, std::vector<Connection*>& own_don
     if (it == done_.end()) it = done_.emplace(done_.end(), s.worker, std::vector<Connection*>{});
     if (it->second.empty()) ++others;
     it->second.push_back(s.conn);
+    stats_.handoffs++;
   }
   active_.resize(kept);
   if (others == 0) return;

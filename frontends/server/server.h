@@ -100,6 +100,7 @@ class Scheduler {
   struct Stats {
     kv::Counter rounds, commands, wait_ns, round_ns, max_round;  // written by whoever runs the round
     kv::Counter by_size, by_period;
+    kv::Counter handoffs;  // requests answered in a round their own worker did not run (Worker::complete)
   };
   const Stats& stats() const { return stats_; }
   std::vector<kv::SlabClassStats> slab_snapshot() const;

@@ -102,6 +102,7 @@ void general(std::string& out, const ServerContext& ctx) {
   stat(out, "gphash_round_max_commands", max_round);
   stat(out, "gphash_rounds_by_size", total(ctx, &Scheduler::Stats::by_size));
   stat(out, "gphash_rounds_by_period", total(ctx, &Scheduler::Stats::by_period));
+  stat(out, "gphash_round_handoffs", total(ctx, &Scheduler::Stats::handoffs));
   stat(out, "gphash_index_search_ops", total(ctx, &kv::KvCounters::search_ops));
   stat(out, "gphash_index_write_ops", total(ctx, &kv::KvCounters::write_ops));
   stat(out, "gphash_seconds_batch_wait", fmt::format("{:.6f}", seconds(total(ctx, &Scheduler::Stats::wait_ns))));
