@@ -153,6 +153,7 @@ struct ServerContext {
   std::atomic<int> verbosity{0};
   int listen_fd = -1;
   std::vector<Worker*> workers;
+  std::atomic<uint64_t> accepted{0};  // new connections go to workers[accepted++ % workers] (as memcached's)
 };
 
 class Worker {
@@ -164,11 +165,14 @@ class Worker {
   void wake();
   // Scheduler thread: these requests' rounds are done.
   void complete(std::vector<Connection*>& conns);
+  // Another worker accepted this connection for this one (round robin).
+  void hand_over(int fd);
   const WorkerCounters& counters() const { return counters_; }
 
  private:
   void run();
   void accept_connections();
+  void adopt(int fd);
   void on_event(Connection* c, uint32_t events);
   void read_input(Connection* c);
   void parse_input(Connection* c);
@@ -200,6 +204,8 @@ class Worker {
   std::mutex completed_mu_;
   std::vector<Connection*> completed_;
   std::atomic<bool> has_completed_{false};  // completed_ is not empty (set and cleared under completed_mu_)
+  std::vector<int> handed_over_;            // accepted by another worker for this one (under completed_mu_)
+  std::atomic<bool> has_handed_over_{false};
   std::vector<Connection*> completed_local_;
   uint64_t next_id_ = 0;
   std::thread thread_;

@@ -75,6 +75,15 @@ void Worker::complete(std::vector<Connection*>& conns) {
   if (!wake_pending) wake();
 }
 
+void Worker::hand_over(int fd) {
+  {
+    std::lock_guard lock(completed_mu_);
+    handed_over_.push_back(fd);
+    has_handed_over_.store(true, std::memory_order_release);
+  }
+  wake();
+}
+
 void Worker::run() {
   epoll_event events[kMaxEvents];
   bool listening = true;
@@ -96,6 +105,15 @@ void Worker::run() {
     // the lock in a pass with none (most passes when the worker runs its own rounds): one set
     // after this look is followed by a wake-up (complete() wakes whenever the list was empty), so
     // the next pass takes it.
+    if (has_handed_over_.load(std::memory_order_acquire)) {
+      std::vector<int> fds;
+      {
+        std::lock_guard lock(completed_mu_);
+        fds.swap(handed_over_);
+        has_handed_over_.store(false, std::memory_order_relaxed);
+      }
+      for (const int fd : fds) adopt(fd);
+    }
     if (has_completed_.load(std::memory_order_acquire)) {
       std::lock_guard lock(completed_mu_);
       completed_local_.swap(completed_);
@@ -182,23 +200,34 @@ void Worker::accept_connections() {
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    auto c = std::make_unique<Connection>();
-    c->fd = fd;
-    c->id = (static_cast<uint64_t>(id_) << 48) | next_id_++;
-    c->authenticated = ctx_.auth.empty();
-    c->events = EPOLLIN | EPOLLRDHUP;
-    epoll_event ev{};
-    ev.events = c->events;
-    ev.data.u64 = reinterpret_cast<uintptr_t>(c.get());
-    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      ::close(fd);
-      continue;
-    }
     ctx_.counters.curr_connections++;
     ctx_.counters.total_connections++;
-    if (ctx_.verbosity > 0) std::fprintf(stderr, "<%d new connection %llu\n", fd, static_cast<unsigned long long>(c->id));
-    conns_.push_back(std::move(c));
+    // Round robin over the workers, as memcached's dispatcher does: the worker that accept()
+    // happens to wake takes every connection waiting, and a client opening many at once could
+    // leave some workers none (seen on 16 cores: 2 of 8 workers idle at 128 connections).
+    Worker* target = ctx_.workers[ctx_.accepted.fetch_add(1, std::memory_order_relaxed) % ctx_.workers.size()];
+    if (target == this) adopt(fd);
+    else target->hand_over(fd);
   }
+}
+
+// A new connection of this worker's: read, parsed and answered here from now on.
+void Worker::adopt(int fd) {
+  auto c = std::make_unique<Connection>();
+  c->fd = fd;
+  c->id = (static_cast<uint64_t>(id_) << 48) | next_id_++;
+  c->authenticated = ctx_.auth.empty();
+  c->events = EPOLLIN | EPOLLRDHUP;
+  epoll_event ev{};
+  ev.events = c->events;
+  ev.data.u64 = reinterpret_cast<uintptr_t>(c.get());
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    ::close(fd);
+    ctx_.counters.curr_connections--;
+    return;
+  }
+  if (ctx_.verbosity > 0) std::fprintf(stderr, "<%d new connection %llu\n", fd, static_cast<unsigned long long>(c->id));
+  conns_.push_back(std::move(c));
 }
 
 void Worker::on_event(Connection* c, uint32_t events) {

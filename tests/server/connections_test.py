@@ -4,7 +4,9 @@ serving others, and its memory stays bounded (RSS measured from /proc). A reply 
 connection's buffer limit: the replies after it are still sent. quit after more than the socket
 takes at once, or after the client shut down its sending side: all of it is sent before the
 connection closes."""
+import collections
 import os
+import re
 import resource
 import selectors
 import socket
@@ -54,6 +56,25 @@ def thousand_connections():
         check(b"STAT curr_connections 1001\r\n" in st, "curr_connections is 1001")
         rss = s.rss_kib()
         print(f"     server RSS with 1,000 connections: {rss / 1024:.1f} MiB")
+        for c in conns:
+            c.close()
+
+
+def connections_spread_over_workers():
+    """New connections go to the workers in turn, as memcached's dispatcher hands them out: 40 opened
+    at once on -t 4 are about 10 a worker (the -v log names each one's worker in its id's top 16
+    bits). The worker that accept() woke used to take them all."""
+    with h.gphash_server("-t", "4", "-v") as s:
+        conns = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(40)]
+        for c in conns:
+            c.sendall(b"version\r\n")
+        for c in conns:
+            c.settimeout(10)
+            c.recv(100)  # answered: the connection is its worker's
+        # The harness's port probe came first: 41 connections, 10 or 11 a worker.
+        per_worker = collections.Counter(int(m) >> 48 for m in re.findall(r"new connection (\d+)", s.stderr()))
+        counts = [per_worker[w] for w in range(4)]
+        check(sum(counts) == 41 and max(counts) - min(counts) <= 1, f"40 connections spread over 4 workers ({counts})")
         for c in conns:
             c.close()
 
@@ -204,6 +225,7 @@ def client_that_shuts_down_sending():
 
 def main():
     thousand_connections()
+    connections_spread_over_workers()
     sender_that_never_reads()
     replies_behind_a_large_one()
     quit_after_a_large_reply()
