@@ -4,8 +4,8 @@
 # The matrix: 16-byte keys; 32- and 512-byte values; 95% and 50% gets; uniform and Zipf 0.99
 # keys; multi-gets of 1 and 100 keys. For each: throughput (key operations per second), p50 and
 # p99 latency per request, each server's CPU time per request (its `stats` rusage), and for
-# gphash-server where its time goes (read, parse, index, resolve, reply, write: from its stats). With an NVIDIA GPU, NVML's power reading gives
-# operations per watt.
+# gphash-server where its time goes (read, parse, index, resolve, reply, write: from its stats).
+# With an NVIDIA GPU, NVML's power reading gives operations per watt.
 #
 #   scripts/server_bench.sh                       # builds build/ first if the binaries are not there
 #   ENGINE=gpu SERVER_THREADS=8 LOADGEN_THREADS=8 CONNECTIONS=128 RUN_SECONDS=10 scripts/server_bench.sh

@@ -101,10 +101,7 @@ void Worker::run() {
         on_event(reinterpret_cast<Connection*>(tag), events[i].events);
       }
     }
-    // Completions from the scheduler: one entry per request that was in a round. The flag spares
-    // the lock in a pass with none (most passes when the worker runs its own rounds): one set
-    // after this look is followed by a wake-up (complete() wakes whenever the list was empty), so
-    // the next pass takes it.
+    // Connections other workers accepted for this one (each hand-over wakes it).
     if (has_handed_over_.load(std::memory_order_acquire)) {
       std::vector<int> fds;
       {
@@ -114,6 +111,10 @@ void Worker::run() {
       }
       for (const int fd : fds) adopt(fd);
     }
+    // Completions from the scheduler: one entry per request that was in a round. The flag spares
+    // the lock in a pass with none (most passes when the worker runs its own rounds): one set
+    // after this look is followed by a wake-up (complete() wakes whenever the list was empty), so
+    // the next pass takes it.
     if (has_completed_.load(std::memory_order_acquire)) {
       std::lock_guard lock(completed_mu_);
       completed_local_.swap(completed_);
