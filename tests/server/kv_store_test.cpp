@@ -493,6 +493,51 @@ TEST(KvStore, CacheEvictsUnderMemoryPressure) {
   }
 }
 
+// Rounds of gets alone: items that flush_all or a past expiry time left in their chains miss, and
+// a key stored again after them is found with its new value.
+TEST(KvStore, RoundsOfGetsMissDeadItems) {
+  for (const SignatureFn sig : {xxh3_signature, weak_signature}) {
+    KvStore store(cache_config(sig));
+    auto run = [&](std::vector<KvCommand>& cmds) {
+      std::vector<KvCommand*> ptrs;
+      for (KvCommand& c : cmds) ptrs.push_back(&c);
+      store.execute(ptrs);
+    };
+    auto set = [&](const std::string& key, const std::string& value, int64_t exptime) {
+      std::vector<KvCommand> cmds(1);
+      cmds[0].op = KvOp::kStore;
+      cmds[0].key = key;
+      cmds[0].value = value;
+      cmds[0].exptime = exptime;
+      run(cmds);
+      ASSERT_EQ(cmds[0].status, KvStatus::kOk) << key;
+    };
+    auto gets = [&](const std::vector<std::string>& keys) {
+      std::vector<KvCommand> cmds(keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) cmds[i].key = keys[i];
+      run(cmds);
+      std::vector<std::string> values;
+      for (KvCommand& c : cmds) {
+        EXPECT_TRUE(c.settled);
+        values.push_back(c.status == KvStatus::kOk ? std::string(store.value(c.item)) : "<miss>");
+        if (c.status == KvStatus::kOk) store.release(c.item);
+      }
+      return values;
+    };
+    set("a", "1", 0);
+    set("b", "2", -1);  // memcached: a negative expiry time is already past
+    set("c", "3", 0);
+    EXPECT_EQ(gets({"a", "b", "c"}), (std::vector<std::string>{"1", "<miss>", "3"}));
+    std::vector<KvCommand> flush(1);
+    flush[0].op = KvOp::kFlushAll;
+    run(flush);
+    EXPECT_EQ(gets({"a", "c", "a"}), (std::vector<std::string>{"<miss>", "<miss>", "<miss>"}));
+    set("a", "4", 0);
+    EXPECT_EQ(gets({"c", "a"}), (std::vector<std::string>{"<miss>", "4"}));
+    EXPECT_EQ(store.counters().get_hits.load(), 3u);
+  }
+}
+
 // A hit moves its item to the head of its class's LRU (KvStore makes the move when the next round
 // is resolved, or before anything reads or changes an LRU): evictions then take the items nobody
 // read, in the order they were stored, whatever rounds the hits, deletes and stores came in.
