@@ -648,8 +648,70 @@ void KvStore::run(std::span<KvCommand* const> round) {
   // Pipelined, rounds back to back always leave a resolved round's changes on their way, so the
   // snapshot gate would never open: when a snapshot waits, the store drains first (store mode).
   if (pipelined_ && hold_ && hold_->mutex()->snapshot_waiting()) commit();
+  if (!pipelined_ && read_directly(round)) return;
   advance(round);
   if (!pipelined_) advance({});
+}
+
+// A round of plain gets with nothing in hand (no change pending or on its way, which the round
+// would have to see through an overlay): one search batch and each key's chain, no index change,
+// none of a round's machinery (Round, the batch's vectors, the overlay). Not when a chain holds a
+// dead copy of the key (expired or flushed) before a live one: unlinking it changes the index,
+// which a full round does.
+bool KvStore::read_directly(std::span<KvCommand* const> round) {
+  if (round.empty() || has_pending()) return false;
+  for (const KvCommand* c : round)
+    if (c->op != KvOp::kGet || c->set_exptime || c->vivify) return false;
+  const size_t n = round.size();
+  const uint64_t start = TickClock::now();
+  direct_sigs_.resize(n);
+  for (size_t i = 0; i < n; ++i) direct_sigs_[i] = config_.signature(round[i]->key);
+  // The index's misses start first; the pending LRU moves (their lines fetched since the last
+  // round) and the bookkeeping run while they come, as in a full round (advance).
+  index_->table.prefetch(direct_sigs_.data(), n);
+  now_ = static_cast<uint32_t>(std::time(nullptr));
+  if (!zombies_.empty()) reap_zombies();
+  apply_bumps();
+  direct_items_.assign(n, 0);
+  index_->run(Op::kSearch, direct_sigs_.data(), nullptr, direct_items_.data(), n);
+  counters_.search_ops += n;
+  for (size_t i = 0; i < n; ++i)
+    if (index_->status[i] == OpStatus::kOk) prefetch_item(direct_items_[i]);
+  const uint64_t searched = TickClock::now();
+  uint64_t collisions = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Location hit = 0;
+    if (index_->status[i] == OpStatus::kOk)
+      for (Location loc = direct_items_[i]; loc; loc = items_->item(loc)->chain_next) {
+        if (items_->key(loc) != round[i]->key) {
+          ++collisions;
+          continue;
+        }
+        if (!alive(items_->item(loc))) return false;  // nothing changed yet: the long way
+        hit = loc;
+        break;
+      }
+    direct_items_[i] = hit;
+  }
+  counters_.signature_collisions += collisions;
+  for (size_t i = 0; i < n; ++i) {
+    KvCommand& c = *round[i];
+    counters_.cmd_get++;
+    if (direct_items_[i]) {
+      get_hit(c, direct_items_[i]);
+    } else {
+      counters_.get_misses++;
+      c.status = KvStatus::kNotFound;
+    }
+    c.settled = true;
+  }
+  counters_.rounds++;
+  resolved_++;
+  last_index_ns_ = TickClock::to_ns(searched - start);
+  last_resolve_ns_ = TickClock::ns_since(searched);
+  counters_.index_ns += last_index_ns_;
+  counters_.resolve_ns += last_resolve_ns_;
+  return true;
 }
 
 void KvStore::step() {
@@ -974,7 +1036,12 @@ void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
     }
     return;
   }
-  ItemHeader* h = items_->item(f.loc);
+  get_hit(c, f.loc);
+}
+
+// A get's hit on the live item at `loc`: its results, and the hold (want_value) and the access.
+void KvStore::get_hit(KvCommand& c, Location loc) {
+  ItemHeader* h = items_->item(loc);
   counters_.get_hits++;
   if (c.set_exptime) {
     counters_.touch_hits++;
@@ -992,11 +1059,11 @@ void KvStore::resolve_get(KvCommand& c, uint32_t slot) {
   if (c.bump) {
     h->fetched = 1;
     h->last_access = now_;
-    if (config_.mode == Mode::kCache) bumps_.push_back(f.loc);
+    if (config_.mode == Mode::kCache) bumps_.push_back(loc);
   }
   if (c.want_value) {
     h->refs.fetch_add(1, std::memory_order_relaxed);
-    c.item = f.loc;
+    c.item = loc;
   }
 }
 

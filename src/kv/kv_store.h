@@ -186,6 +186,8 @@ class KvStore {
   int64_t ttl_of(const ItemHeader* h) const;
   void resolve(KvCommand& c, uint32_t slot);
   void resolve_get(KvCommand& c, uint32_t slot);
+  void get_hit(KvCommand& c, Location loc);
+  bool read_directly(std::span<KvCommand* const> round);
   void resolve_store(KvCommand& c, uint32_t slot);
   void resolve_delete(KvCommand& c, uint32_t slot);
   void resolve_arith(KvCommand& c, uint32_t slot);
@@ -217,6 +219,8 @@ class KvStore {
   // (apply_bumps: before anything else reads or changes an LRU).
   std::vector<Location> bumps_;
   std::vector<Location> deferred_;  // store mode: unlinked by the round being resolved
+  std::vector<Signature> direct_sigs_;  // read_directly's
+  std::vector<Location> direct_items_;
   uint64_t resolved_ = 0;
   uint64_t next_cas_ = 1;
   uint64_t last_index_ns_ = 0, last_resolve_ns_ = 0;  // the last round's

@@ -493,8 +493,9 @@ TEST(KvStore, CacheEvictsUnderMemoryPressure) {
   }
 }
 
-// Rounds of gets alone: items that flush_all or a past expiry time left in their chains miss, and
-// a key stored again after them is found with its new value.
+// Rounds of gets alone, with nothing pending, search and read without a round's machinery
+// (KvStore::read_directly): items that flush_all or a past expiry time left in their chains miss
+// there too, and a key stored again after them is found with its new value.
 TEST(KvStore, RoundsOfGetsMissDeadItems) {
   for (const SignatureFn sig : {xxh3_signature, weak_signature}) {
     KvStore store(cache_config(sig));
