@@ -674,7 +674,6 @@ bool KvStore::read_directly(std::span<KvCommand* const> round) {
   apply_bumps();
   direct_items_.assign(n, 0);
   index_->run(Op::kSearch, direct_sigs_.data(), nullptr, direct_items_.data(), n);
-  counters_.search_ops += n;
   for (size_t i = 0; i < n; ++i)
     if (index_->status[i] == OpStatus::kOk) prefetch_item(direct_items_[i]);
   const uint64_t searched = TickClock::now();
@@ -693,6 +692,7 @@ bool KvStore::read_directly(std::span<KvCommand* const> round) {
       }
     direct_items_[i] = hit;
   }
+  counters_.search_ops += n;  // here: a round that goes the long way above counts its own
   counters_.signature_collisions += collisions;
   for (size_t i = 0; i < n; ++i) {
     KvCommand& c = *round[i];
