@@ -681,12 +681,12 @@ class GpuEngine final : public Engine {
   // Batches that write are planned (per-key order). Batches of searches need no order (searches
   // of one key commute) and mostly run unplanned: every operation a run of its own, so a Zipf-hot
   // key's searches spread over all warps instead of one warp walking them. The exception, measured
-  // on the H100 (README, "Batches of searches"): a host-mapped table with one-word keys, where one
-  // PCIe read answers a search, gains from the plan's combining of a hot key's repeats into one
-  // read once a batch holds 2^20 operations (YCSB C, Zipf 0.99: +7 to +30%); below that, and for
-  // wider keys at every size, the plan cost 10 to 30%. A batch whose ops the host does not read
-  // (`ops_unread`: in GPU memory) is planned and, if it only searches, unplanned on the device
-  // (plan()), unless it is large enough to be planned anyway. On a host-mapped table, a batch of
+  // on the H100 (docs/PERFORMANCE.md, "Batches of searches"): a host-mapped table with one-word
+  // keys, where one PCIe read answers a search, gains from the plan's combining of a hot key's
+  // repeats into one read once a batch holds 2^20 operations (YCSB C, Zipf 0.99: +7 to +30%);
+  // below that, and for wider keys at every size, the plan cost 10 to 30%. A batch whose ops the
+  // host does not read (`ops_unread`: in GPU memory) is planned and, if it only searches,
+  // unplanned on the device (plan()), unless it is large enough to be planned anyway. On a host-mapped table, a batch of
   // searches the host has seen is still sorted into bucket order from kOrderMappedSearchesFrom
   // operations, for the locality of its reads of host memory, every search a run of its own.
   // In GPU memory a batch that writes is planned unless it repeats no key: with `host_waits` (the
@@ -1555,7 +1555,8 @@ class GpuEngine final : public Engine {
   // order. Why freed cells wait: a host-mapped heap's cells are host pages the GPU must translate,
   // and cells taken in the order they were freed (the old values of random keys) cost a translation
   // each; gathered until the reserve and the never-used cells could fall short, they are many, and
-  // consecutive new values share pages (README, "Freed cells come back in address order").
+  // consecutive new values share pages (docs/PERFORMANCE.md, "Freed cells come back in address
+  // order").
   void refill_reserve(cudaStream_t stream) {
     if (!waiting_count_) return;
     const uint64_t p = waiting_count_, r = free_count_;
