@@ -686,9 +686,10 @@ class GpuEngine final : public Engine {
   // repeats into one read once a batch holds 2^20 operations (YCSB C, Zipf 0.99: +7 to +30%);
   // below that, and for wider keys at every size, the plan cost 10 to 30%. A batch whose ops the
   // host does not read (`ops_unread`: in GPU memory) is planned and, if it only searches,
-  // unplanned on the device (plan()), unless it is large enough to be planned anyway. On a host-mapped table, a batch of
-  // searches the host has seen is still sorted into bucket order from kOrderMappedSearchesFrom
-  // operations, for the locality of its reads of host memory, every search a run of its own.
+  // unplanned on the device (plan()), unless it is large enough to be planned anyway. On a
+  // host-mapped table, a batch of searches the host has seen is still sorted into bucket order
+  // from kOrderMappedSearchesFrom operations, for the locality of its reads of host memory, every
+  // search a run of its own.
   // In GPU memory a batch that writes is planned unless it repeats no key: with `host_waits` (the
   // host-driven execute, which waits for the batch anyway) and from kCheckRepeatsFrom operations,
   // the plan kernel checks, the host waits for the answer, and a batch of distinct keys (or, with
