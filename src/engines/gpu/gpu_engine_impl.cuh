@@ -44,6 +44,7 @@
 #include "engines/gpu/bucket_cache.cuh"
 #include "engines/gpu/cuda_util.h"
 #include "engines/gpu/kernels.cuh"
+#include "engines/gpu/plan_sort.h"
 #include "gpm/pool_mapping.h"
 #include "gphash/config.h"
 #include "gphash/gpu/table_ref.cuh"
@@ -1078,16 +1079,15 @@ class GpuEngine final : public Engine {
     }
     prefix_in_.reserve(n), prefix_out_.reserve(n), index_in_.reserve(n), index_out_.reserve(n);
     size_t temp = 0;
-    GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(),
-                                                index_out_.get(), static_cast<int>(n), 0, 32, stream));
+    plan_sort_pairs(nullptr, temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(), index_out_.get(), n, !gpu_memory_, stream);
     sort_temp_.reserve(temp);
     count_long_windows = count_long_windows && n >= kLongRunWindow;
     uint32_t* const writes = ops_unread ? plan_writes_.get() : nullptr;
     const bool by_bucket = !gpu_memory_ && mapped_bucket_order_;
     // The plan's launches after the plan kernel (the memset before it only in a graph).
     auto rest = [&](cudaStream_t s) {
-      GPHASH_CUDA(cub::DeviceRadixSort::SortPairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(),
-                                                  index_in_.get(), index_out_.get(), static_cast<int>(n), 0, 32, s));
+      plan_sort_pairs(sort_temp_.get(), temp, prefix_in_.get(), prefix_out_.get(), index_in_.get(), index_out_.get(), n, !gpu_memory_,
+                      s);
       if (ops_unread || count_long_windows) {
         finish_plan_kernel<<<blocks_for(n), kBlock, 0, s>>>(prefix_out_.get(), n, writes,
                                                             count_long_windows ? &counters_->long_windows : nullptr);
