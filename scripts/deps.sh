@@ -3,7 +3,7 @@
 # Run as root, or with sudo available. Set GPHASH_DEPS_EXTRA for more packages.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
-          nlohmann-json3-dev libfmt-dev libxxhash-dev ${GPHASH_DEPS_EXTRA:-})
+          nlohmann-json3-dev libfmt-dev libxxhash-dev liburing-dev ${GPHASH_DEPS_EXTRA:-})
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

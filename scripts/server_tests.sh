@@ -44,3 +44,5 @@ fi
 "$root/scripts/build.sh"
 ctest --test-dir "$build" -R '^ServerParser\.|^KvStore\.' --output-on-failure -j "$(nproc)"
 ctest --test-dir "$build" -L server --output-on-failure --timeout 600
+# Again with plain recv and send calls (the default batches them through io_uring where it can).
+GPHASH_SERVER_ARGS="${GPHASH_SERVER_ARGS:-} --io-uring off" ctest --test-dir "$build" -L server --output-on-failure --timeout 600

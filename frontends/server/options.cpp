@@ -42,7 +42,7 @@ Options parse_options(int argc, char** argv) {
   Options o;
   CLI::App app{"gphash-server: a memcached-compatible key-value server on a gphash signature index"};
   app.set_version_flag("-V,--version", "gphash-server 0.1.0 (memcached protocol 1.6)");
-  std::string item_size = "1m", mode = "cache", engine = "cpu";
+  std::string item_size = "1m", mode = "cache", engine = "cpu", io_uring = "auto";
   int64_t period_us = o.batch_period.count();
   app.add_option("-p,--port", o.port, "TCP port (default 11211; 0 picks a free one and prints it)")->check(CLI::Range(0, 65535));
   app.add_option("-l,--listen", o.listen, "address to listen on (default 127.0.0.1)");
@@ -79,6 +79,11 @@ Options parse_options(int argc, char** argv) {
                  "rounds a receiver runs after its own before it goes back to its connections (default: 4, 0 when "
                  "pipelined)")
       ->check(CLI::Range(0, 64));
+  app.add_option("--io-uring", io_uring,
+                 "auto (default), on or off: each worker loop pass's recvs, and its sends, go to the kernel in one "
+                 "io_uring system call instead of one per connection (epoll still says which sockets are ready); auto "
+                 "uses it where the build has liburing and the kernel allows it")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
   app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");
@@ -103,6 +108,7 @@ Options parse_options(int argc, char** argv) {
   o.batch_period = std::chrono::microseconds(period_us);
   o.mode = mode == "store" ? kv::Mode::kStore : kv::Mode::kCache;
   o.engine = engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
+  o.io_uring = io_uring == "on" ? IoUring::kOn : io_uring == "off" ? IoUring::kOff : IoUring::kAuto;
   // The CPU engine runs a batch before submit returns: nothing would overlap, and writes would
   // wait a round longer. Store mode (its index host-mapped) measured 4-15% slower pipelined on
   // the H200 (bench/results/2026-11-28-server-store-pipeline): on by default in cache mode only.

@@ -11,6 +11,8 @@
 
 namespace gphash::server {
 
+enum class IoUring { kAuto, kOn, kOff };  // auto: on where the build and the kernel allow it
+
 struct Options {
   uint16_t port = 11211;                // -p
   std::string listen = "127.0.0.1";     // -l: loopback unless asked
@@ -32,6 +34,7 @@ struct Options {
   std::chrono::microseconds batch_period{0};   // --batch-period-us: ...or when the oldest waited this long
   bool pipeline = false;                // --pipeline: overlap a round's GPU batch with the round before (auto: GPU engine)
   int receiver_rounds = -1;             // --receiver-rounds: rounds a receiver runs after its own (-1: auto)
+  IoUring io_uring = IoUring::kAuto;    // --io-uring: a loop pass's recvs, and its sends, one system call each
   size_t conn_buffer_limit = 4 << 20;   // --conn-buffer-limit: per connection, queued input and unsent output
   double growth_factor = 1.25;          // -f
   bool force_flush = false;             // --force-flush

@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "io_batch.h"
 #include "kv/kv_store.h"
 #include "options.h"
 #include "parser.h"
@@ -56,6 +57,9 @@ struct Connection {
   bool dead = false;         // the socket is closed; kept until in_flight is 0
   bool discarded = false;    // dead and nothing in flight: deleted at the end of the loop pass
   bool authenticated = false;
+  // --io-uring: waiting in the worker's batch of recvs or sends of this pass; a send the socket
+  // did not take whole waits for EPOLLOUT.
+  bool read_queued = false, send_queued = false, send_blocked = false;
 };
 
 // Counters for `stats` that any worker may change (rarely: connections, authentication).
@@ -152,6 +156,7 @@ struct ServerContext {
   std::atomic<bool> stopping{false};
   std::atomic<int> verbosity{0};
   int listen_fd = -1;
+  bool io_uring = false;  // the workers batch their recvs and sends (--io-uring, resolved at start)
   std::vector<Worker*> workers;
   std::atomic<uint64_t> accepted{0};  // new connections go to workers[accepted++ % workers] (as memcached's)
 };
@@ -171,15 +176,21 @@ class Worker {
 
  private:
   void run();
+  void submit_parsed();
   void accept_connections();
   void adopt(int fd);
   void on_event(Connection* c, uint32_t events);
   void read_input(Connection* c);
+  void take_input(Connection* c, const char* data, size_t n);
+  void end_of_read(Connection* c, bool eof);
+  void receive_batch();
+  void send_batch();
   void parse_input(Connection* c);
   void admit(Connection* c, std::unique_ptr<Request> req);
   void submit_to_partitions(Connection* c, Request& req);
   void flush(Connection* c);
   bool flush_once(Connection* c);
+  void send_now(Connection* c);
   void discard(Connection* c);
   void handle_completions(std::vector<Connection*>& conns);
   void update_interest(Connection* c);
@@ -196,6 +207,11 @@ class Worker {
   int event_fd_ = -1;
   ParserLimits limits_;
   std::vector<char> scratch_;  // recv buffer
+  // --io-uring: one io_uring_enter for the pass's recvs and one for its sends (io_batch.h), a
+  // recv buffer per queued recv, and the connections waiting for each.
+  std::unique_ptr<IoBatch> io_;
+  std::vector<char> batch_buffers_;
+  std::vector<Connection*> to_read_, to_send_, batch_conns_;
   std::vector<std::vector<Submission>> submissions_;  // per partition, in arrival order
   std::vector<uint32_t> partition_counts_;            // submit_to_partitions' scratch
   std::vector<std::unique_ptr<Request>> spare_requests_;  // answered, kept for reuse (take_request)

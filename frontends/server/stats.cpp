@@ -172,6 +172,7 @@ void settings(std::string& out, const ServerContext& ctx) {
   stat(out, "gphash_batch_period_us", o.batch_period.count());
   stat(out, "gphash_pipeline", ctx.stores.front()->pipelined() ? "on" : "off");
   stat(out, "gphash_conn_buffer_limit", o.conn_buffer_limit);
+  stat(out, "gphash_io_uring", ctx.io_uring ? "on" : "off");
 }
 
 void slabs(std::string& out, const ServerContext& ctx, bool items) {

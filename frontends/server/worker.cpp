@@ -20,6 +20,9 @@ namespace {
 
 constexpr size_t kReadChunk = 64 * 1024;
 constexpr int kMaxEvents = 256;
+// --io-uring: each queued recv's buffer. A read that fills it goes on with plain recv calls
+// (read_input), so requests of one or a few packets take one batched recv.
+constexpr size_t kBatchChunk = 8 * 1024;
 
 using kv::TickClock;
 
@@ -85,6 +88,11 @@ void Worker::hand_over(int fd) {
 }
 
 void Worker::run() {
+  if (ctx_.io_uring) {
+    // Made on this thread: the ring is set up for one submitting thread.
+    io_ = std::make_unique<IoBatch>(kMaxEvents);
+    batch_buffers_.resize(kMaxEvents * kBatchChunk);
+  }
   epoll_event events[kMaxEvents];
   bool listening = true;
   std::chrono::steady_clock::time_point drain_deadline{};
@@ -101,6 +109,7 @@ void Worker::run() {
         on_event(reinterpret_cast<Connection*>(tag), events[i].events);
       }
     }
+    if (io_) receive_batch();
     // Connections other workers accepted for this one (each hand-over wakes it).
     if (has_handed_over_.load(std::memory_order_acquire)) {
       std::vector<int> fds;
@@ -121,17 +130,12 @@ void Worker::run() {
       has_completed_.store(false, std::memory_order_relaxed);
     }
     handle_completions(completed_local_);
-    // Requests parsed in this pass go to their partitions' schedulers; if that runs their round
-    // here, the answered connections of this worker come back at once (and answering them may
-    // parse more).
-    for (bool submitted = true; submitted;) {
-      submitted = false;
-      for (size_t p = 0; p < submissions_.size(); ++p) {
-        if (submissions_[p].empty()) continue;
-        ctx_.schedulers[p]->submit(submissions_[p], completed_local_);
-        handle_completions(completed_local_);
-        submitted = true;
-      }
+    submit_parsed();
+    // --io-uring: the replies built in this pass go out together; writing them may parse more
+    // input (read while the output was over its limit), whose rounds may answer more.
+    while (!to_send_.empty()) {
+      send_batch();
+      submit_parsed();
     }
     // Only when one was discarded: a walk of every connection per pass otherwise (1,000 of them).
     if (discarded_ > 0) {
@@ -165,6 +169,20 @@ void Worker::run() {
         for (auto& c : conns_) in_flight |= c->in_flight > 0;
         if (!in_flight) return;
       }
+    }
+  }
+}
+
+// Requests parsed in this pass go to their partitions' schedulers; if that runs their round here,
+// the answered connections of this worker come back at once (and answering them may parse more).
+void Worker::submit_parsed() {
+  for (bool submitted = true; submitted;) {
+    submitted = false;
+    for (size_t p = 0; p < submissions_.size(); ++p) {
+      if (submissions_[p].empty()) continue;
+      ctx_.schedulers[p]->submit(submissions_[p], completed_local_);
+      handle_completions(completed_local_);
+      submitted = true;
     }
   }
 }
@@ -238,9 +256,20 @@ void Worker::on_event(Connection* c, uint32_t events) {
     close_connection(c);
     return;
   }
-  if (events & EPOLLOUT) flush(c);
+  if (events & EPOLLOUT) {
+    c->send_blocked = false;
+    flush(c);
+  }
   if (c->dead) return;
-  if (events & (EPOLLIN | EPOLLRDHUP)) read_input(c);
+  if (!(events & (EPOLLIN | EPOLLRDHUP))) return;
+  if (!io_) {
+    read_input(c);
+  } else if (!c->read_queued && to_read_.size() < io_->capacity()) {
+    c->read_queued = true;
+    to_read_.push_back(c);
+  } else if (!c->read_queued) {
+    read_input(c);  // more ready connections than the batch holds
+  }
 }
 
 bool Worker::may_read(const Connection* c) const {
@@ -270,10 +299,6 @@ void Worker::read_input(Connection* c) {
   bool eof = false, failed = false;
   // Read while there is room; a data block being assembled may need up to the item size more.
   for (int rounds = 0; rounds < 16 && may_read(c); ++rounds) {
-    if (c->in_start > 0 && (c->in_start == c->in.size() || c->in_start > c->in.size() / 2)) {
-      c->in.erase(0, c->in_start);
-      c->in_start = 0;
-    }
     // Into the worker's scratch buffer first: an idle connection then holds no read buffer
     // (1,000 connections would otherwise pin 64 KiB each).
     const ssize_t n = ::recv(c->fd, scratch_.data(), scratch_.size(), 0);
@@ -282,14 +307,7 @@ void Worker::read_input(Connection* c) {
       else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) failed = true;
       break;
     }
-    c->in.append(scratch_.data(), static_cast<size_t>(n));
-    WorkerCounters::add(counters_.bytes_read, static_cast<uint64_t>(n));
-    parse_input(c);
-    if (c->in_start == c->in.size()) {
-      c->in.clear();
-      c->in_start = 0;
-      if (c->in.capacity() > kReadChunk) c->in.shrink_to_fit();
-    }
+    take_input(c, scratch_.data(), static_cast<size_t>(n));
     if (static_cast<size_t>(n) < scratch_.size()) break;
   }
   WorkerCounters::add(counters_.read_ns, TickClock::ns_since(t0));
@@ -297,11 +315,99 @@ void Worker::read_input(Connection* c) {
     close_connection(c);
     return;
   }
-  // End of input (the client shut down its sending side, or closed): what it sent is answered
-  // first, as memcached does; closing at once dropped the replies still at a round (all of them
-  // with a batch period) or not yet taken by the socket. flush closes once nothing is owed.
+  end_of_read(c, eof);
+}
+
+// Appends bytes read from the connection and parses what they complete.
+void Worker::take_input(Connection* c, const char* data, size_t n) {
+  if (c->in_start > 0 && (c->in_start == c->in.size() || c->in_start > c->in.size() / 2)) {
+    c->in.erase(0, c->in_start);
+    c->in_start = 0;
+  }
+  c->in.append(data, n);
+  WorkerCounters::add(counters_.bytes_read, n);
+  parse_input(c);
+  if (c->in_start == c->in.size()) {
+    c->in.clear();
+    c->in_start = 0;
+    if (c->in.capacity() > kReadChunk) c->in.shrink_to_fit();
+  }
+}
+
+// End of input (the client shut down its sending side, or closed): what it sent is answered
+// first, as memcached does; closing at once dropped the replies still at a round (all of them
+// with a batch period) or not yet taken by the socket. flush closes once nothing is owed.
+void Worker::end_of_read(Connection* c, bool eof) {
   if (eof) c->closing = true;
   flush(c);
+}
+
+// --io-uring: one recv for every connection epoll found readable in this pass.
+void Worker::receive_batch() {
+  const uint64_t t0 = TickClock::now();
+  batch_conns_.clear();
+  for (Connection* c : to_read_) {
+    c->read_queued = false;
+    if (c->dead) continue;
+    if (!may_read(c)) {
+      end_of_read(c, false);  // as read_input would: its flush stops the reading (update_interest)
+      continue;
+    }
+    io_->recv(c->fd, batch_buffers_.data() + batch_conns_.size() * kBatchChunk, kBatchChunk);
+    batch_conns_.push_back(c);
+  }
+  to_read_.clear();
+  if (batch_conns_.empty()) return;
+  const std::vector<int>& results = io_->run();
+  WorkerCounters::add(counters_.read_ns, TickClock::ns_since(t0));
+  for (size_t i = 0; i < batch_conns_.size(); ++i) {
+    Connection* c = batch_conns_[i];
+    const int n = results[i];
+    if (c->dead) continue;
+    if (n > 0) {
+      take_input(c, batch_buffers_.data() + i * kBatchChunk, static_cast<size_t>(n));
+      if (static_cast<size_t>(n) == kBatchChunk) read_input(c);  // there may be more
+      else end_of_read(c, false);
+    } else if (n == 0) {
+      end_of_read(c, true);
+    } else if (n != -EAGAIN && n != -EINTR) {
+      close_connection(c);
+    }
+  }
+}
+
+// --io-uring: one send for every connection with replies built in this pass.
+void Worker::send_batch() {
+  const uint64_t t0 = TickClock::now();
+  batch_conns_.clear();
+  size_t next = 0;
+  for (; next < to_send_.size() && !io_->full(); ++next) {
+    Connection* c = to_send_[next];
+    c->send_queued = false;
+    if (c->dead || c->out.size() == c->out_start) continue;
+    io_->send(c->fd, c->out.data() + c->out_start, c->out.size() - c->out_start);
+    batch_conns_.push_back(c);
+  }
+  to_send_.erase(to_send_.begin(), to_send_.begin() + static_cast<std::ptrdiff_t>(next));
+  if (batch_conns_.empty()) return;
+  const std::vector<int>& results = io_->run();
+  WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t0));
+  for (size_t i = 0; i < batch_conns_.size(); ++i) {
+    Connection* c = batch_conns_[i];
+    const int n = results[i];
+    if (c->dead) continue;
+    if (n > 0) {
+      c->out_start += static_cast<size_t>(n);
+      WorkerCounters::add(counters_.bytes_written, static_cast<uint64_t>(n));
+      c->send_blocked = c->out_start < c->out.size();  // the socket is full: wait for EPOLLOUT
+    } else if (n == -EAGAIN || n == -EINTR) {
+      c->send_blocked = true;
+    } else {
+      close_connection(c);
+      continue;
+    }
+    flush(c);  // what a written reply lets happen: close, parse more, build more replies
+  }
 }
 
 void Worker::parse_input(Connection* c) {
@@ -407,7 +513,7 @@ void Worker::flush(Connection* c) {
     if (c->dead) return;
     if (!flush_once(c)) break;
   }
-  update_interest(c);
+  if (!c->send_queued) update_interest(c);  // else after its send (send_batch)
 }
 
 // Returns true when answered requests wait that it did not build replies for (flush again).
@@ -434,19 +540,15 @@ bool Worker::flush_once(Connection* c) {
     }
     const uint64_t t1 = TickClock::now();
     WorkerCounters::add(counters_.reply_ns, TickClock::to_ns(t1 - t0));
-    while (c->out.size() > c->out_start) {
-      const ssize_t n = ::send(c->fd, c->out.data() + c->out_start, c->out.size() - c->out_start, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        if (errno == EINTR) continue;
-        WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
-        close_connection(c);
-        return false;
+    if (io_) {
+      if (!c->send_queued && !c->send_blocked && c->out.size() > c->out_start) {
+        c->send_queued = true;
+        to_send_.push_back(c);
       }
-      c->out_start += static_cast<size_t>(n);
-      WorkerCounters::add(counters_.bytes_written, static_cast<uint64_t>(n));
+    } else {
+      send_now(c);
+      if (c->dead) return false;
     }
-    WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t1));
   }
   if (c->out_start == c->out.size()) {
     c->out.clear();
@@ -468,6 +570,24 @@ bool Worker::flush_once(Connection* c) {
   // limit left unbuilt above. Nothing else would build the latter once the output is all written:
   // no EPOLLOUT, and no round completes for a request answered at parse time (mn, version, quit).
   return !c->queue.empty() && c->out.size() - c->out_start < limit && c->queue.front()->done.load(std::memory_order_acquire);
+}
+
+// Writes the connection's output until the socket takes no more (closes it on an error).
+void Worker::send_now(Connection* c) {
+  const uint64_t t0 = TickClock::now();
+  while (c->out.size() > c->out_start) {
+    const ssize_t n = ::send(c->fd, c->out.data() + c->out_start, c->out.size() - c->out_start, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      if (errno == EINTR) continue;
+      WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t0));
+      close_connection(c);
+      return;
+    }
+    c->out_start += static_cast<size_t>(n);
+    WorkerCounters::add(counters_.bytes_written, static_cast<uint64_t>(n));
+  }
+  WorkerCounters::add(counters_.write_ns, TickClock::ns_since(t0));
 }
 
 // Answered requests are kept for the next ones (up to kSpareRequests, with small buffers): a

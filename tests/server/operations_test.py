@@ -30,7 +30,8 @@ def usage_errors():
     cases = [(["-p", "99999"], "--port"), (["-I", "5"], "-I"), (["-I", "abc"], "-I"), (["-U", "11211"], "-U"),
              (["-l", "0.0.0.0"], "-l"), (["-m", "0"], "--memory-limit"), (["-t", "0"], "--threads"),
              (["--mode", "store"], "--pool"), (["--engine", "tpu"], "--engine"), (["--bogus"], "bogus"),
-             (["-c", "-5"], "-c"), (["--batch-period-us", "5000000"], "--batch-period-us")]
+             (["-c", "-5"], "-c"), (["--batch-period-us", "5000000"], "--batch-period-us"),
+             (["--io-uring", "yes"], "--io-uring")]
     for args, name in cases:
         r = subprocess.run([h.GPHASH_SERVER, *args], capture_output=True, text=True, timeout=10)
         check(r.returncode == 2 and name in r.stderr, f"usage error {args} exits 2 naming {name}: {r.stderr.strip()[:120]!r}")
@@ -158,8 +159,37 @@ def sigterm_drains():
         check(data == b"STORED\r\n" * 2000, f"SIGTERM: replies to everything read were sent ({data.count(b'STORED')}/2000), then the connection closed")
 
 
+def io_uring_modes():
+    # Started without mcharness's extra options: GPHASH_SERVER_ARGS may name --io-uring too.
+    def start(mode):
+        port = h.free_port()
+        proc = subprocess.Popen([h.GPHASH_SERVER, "-p", str(port), "--io-uring", mode], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            h.wait_port(port, proc)
+        except RuntimeError:
+            return proc.wait(), proc.stderr.read(), None
+        setting = h.stats(port, b"stats settings\r\n").get("gphash_io_uring")
+        served = h.exchange(port, b"set k 0 0 2\r\nok\r\nget k\r\n") == b"STORED\r\nVALUE k 0 2\r\nok\r\nEND\r\n"
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(10), setting, served
+
+    rc, setting, served = start("off")
+    check(rc == 0 and setting == "off" and served, f"--io-uring off: plain recv and send calls (gphash_io_uring {setting})")
+    rc, setting_on, served = start("on")
+    if served is None:  # a build without liburing, or a kernel that refuses io_uring: a clear error
+        check(rc == 1 and "io_uring" in setting_on, f"--io-uring on without io_uring exits 1 saying why: {setting_on.strip()[:120]!r}")
+        rc, setting, served = start("auto")
+        check(rc == 0 and setting == "off" and served, "--io-uring auto falls back to plain calls")
+    else:
+        check(rc == 0 and setting_on == "on" and served, "--io-uring on: served through io_uring")
+        rc, setting, served = start("auto")
+        check(rc == 0 and setting == "on" and served, "--io-uring auto uses io_uring where it works")
+
+
 def main():
     usage_errors()
+    io_uring_modes()
     public_bind_warns()
     auth()
     connection_limit()
