@@ -193,10 +193,13 @@ class CpuEngine final : public Engine {
       resolve_serially(batch, shards, serial, deltas, exhausted);
       if (!any_stopped) break;
     }
+    // Searching batches may run together and beside Table::info: they change no shared state (an
+    // unconditional store of an unchanged count here was a data race under ThreadSanitizer).
+    if (!shards.writes()) return;
     int64_t delta = 0;
     for (const Padded& d : deltas) delta += d.value;
     items_ = static_cast<uint64_t>(static_cast<int64_t>(items_) + delta);
-    if (shards.writes()) pool_.sync();  // the durability point: the batch is acknowledged after this
+    pool_.sync();  // the durability point: the batch is acknowledged after this
   }
 
   // The first keys' candidate tag words (buckets without the mirror), as run_range's first stage
