@@ -34,8 +34,6 @@ IoBatch::IoBatch(unsigned entries) : ring_(std::make_unique<Ring>()), capacity_(
 
 IoBatch::~IoBatch() { io_uring_queue_exit(&ring_->ring); }
 
-bool IoBatch::built_in() { return true; }
-
 void IoBatch::recv(int fd, void* buf, size_t len) {
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
   io_uring_prep_recv(sqe, fd, buf, len, MSG_DONTWAIT);
@@ -75,7 +73,6 @@ const std::vector<int>& IoBatch::run() {
 struct IoBatch::Ring {};
 IoBatch::IoBatch(unsigned) { throw std::runtime_error("io_uring: this build has no liburing (install liburing-dev and rebuild)"); }
 IoBatch::~IoBatch() = default;
-bool IoBatch::built_in() { return false; }
 void IoBatch::recv(int, void*, size_t) {}
 void IoBatch::send(int, const void*, size_t) {}
 const std::vector<int>& IoBatch::run() { return results_; }

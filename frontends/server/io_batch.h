@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <memory>
-#include <string>
 #include <vector>
 
 namespace gphash::server {
@@ -31,9 +30,6 @@ class IoBatch {
   // Submits the queued operations and waits for all of them. Each result is what recv(2) or
   // send(2) would return, with -errno for -1.
   const std::vector<int>& run();
-
-  // Whether this build can use io_uring at all.
-  static bool built_in();
 
  private:
   struct Ring;
