@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every gphash-server test: the GoogleTest suites of the parser and the key-value layer,
+# Runs every gphash-server test: the GoogleTest suites of the parser, the key-value layer and the io_uring batch,
 # then the out-of-process tests against real tools on loopback (differential test against
 # Debian's memcached, memccapable, pymemcache/pylibmc, nutcracker, kill -9 in store mode,
 # operations, 1,000 connections). Installs the Debian packages it needs if any is missing.
@@ -42,7 +42,7 @@ PY
 fi
 
 "$root/scripts/build.sh"
-ctest --test-dir "$build" -R '^ServerParser\.|^KvStore\.' --output-on-failure -j "$(nproc)"
+ctest --test-dir "$build" -R '^ServerParser\.|^KvStore\.|^IoBatch\.' --output-on-failure -j "$(nproc)"
 ctest --test-dir "$build" -L server --output-on-failure --timeout 600
 # Again with plain recv and send calls (the default batches them through io_uring where it can).
 GPHASH_SERVER_ARGS="${GPHASH_SERVER_ARGS:-} --io-uring off" ctest --test-dir "$build" -L server --output-on-failure --timeout 600
