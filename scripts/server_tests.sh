@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every gphash-server test: the GoogleTest suites of the parser, the key-value layer and the io_uring batch,
-# then the out-of-process tests against real tools on loopback (differential test against
-# Debian's memcached, memccapable, pymemcache/pylibmc, nutcracker, kill -9 in store mode,
-# operations, 1,000 connections). Installs the Debian packages it needs if any is missing.
+# Runs every gphash-server test: the GoogleTest suites of the parser, the key-value layer and the
+# io_uring batch, then the out-of-process tests against real tools on loopback (differential test
+# against Debian's memcached, memccapable, pymemcache/pylibmc, nutcracker, kill -9 in store mode,
+# operations, 1,000 connections), with io_uring and without. Installs the Debian packages it needs
+# if any is missing.
 #
 #   scripts/server_tests.sh            # build (build/, or GPHASH_BUILD_DIR) and run them all
 #   scripts/server_tests.sh fuzz [S]   # fuzz the request path for S seconds (default 20; clang)
