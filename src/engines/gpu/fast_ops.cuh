@@ -564,9 +564,9 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
 // waits until the others are done (their answers read the value's cached bytes, which the write
 // replaces) and makes the run's one write, as WarpOps::group does (a failure hands the run to the
 // slow path, whose rerun walks it with one warp and answers every operation again). A run whose
-// prefix two keys share, or of a reserved key, is walked by the last window's warp 0 as
-// WarpOps::run walks it, after the others are done. Transitions hold batch positions, not run
-// positions (a chunk < 2^30).
+// prefix two keys share, or of a reserved key, is left to the last window's warp 0, which runs it
+// as the batch kernel's warps do (WarpOps::run: regrouped by key), after the others are done.
+// Transitions hold batch positions, not run positions (a chunk < 2^30).
 inline constexpr int kLongRunWarps = 16;
 static_assert(kLongRunWarps * 32 >= kLongRunWindow, "a thread per position of a window");
 

@@ -1104,6 +1104,7 @@ class GpuEngine final : public Engine {
     }
     bv.sort_keys = prefix_out_.get();
     bv.perm = index_out_.get();
+    bv.regroup_scratch = index_in_.get();
     return true;
   }
 

@@ -60,8 +60,9 @@ struct BatchView {
   const std::byte* values;  // inputs of insert/upsert/update
   std::byte* values_out;    // search results, or null
   uint8_t* status;
-  const uint32_t* perm;       // sorted position -> operation index, or null (identity)
+  uint32_t* perm;             // sorted position -> operation index, or null (identity)
   const uint32_t* sort_keys;  // sorted hash prefixes marking runs, or null (every op alone)
+  uint32_t* regroup_scratch;  // as long as perm, unused after the plan (the sort's input): WarpOps::regroup's
   uint32_t* pending;          // positions handed to the slow path
   uint32_t* serial;           // positions the batch kernel leaves to the serial pass
   uint32_t value_width;
@@ -851,8 +852,46 @@ struct WarpOps {
     return RunResult::kDone;
   }
 
-  // A run of the plan: positions with one hash prefix. Almost always one key; if two keys share
-  // the prefix, they are handled one operation at a time (order within each key is kept).
+  // Moves the positions in [begin, end) whose key is p's to the front of the range, both parts in
+  // their order (a stable partition of the run's permutation, through regroup_scratch); returns the
+  // end of p's part. Each lane takes a contiguous share of the range, so its loads are independent
+  // of one another and the shares, written in lane order, keep the order.
+  __device__ size_t regroup(const KeyProbe<T>& p, size_t begin, size_t end) {
+    const auto is_p = [&](size_t pos) {
+      const uint64_t* k = bv.keys + size_t{bv.op_index(pos)} * T::kKeyWords;
+      bool same = true;
+#pragma unroll
+      for (int w = 0; w < T::kKeyWords; ++w) same &= k[w] == p.key[w];
+      return same;
+    };
+    const size_t share = (end - begin + 31) / 32;
+    const size_t from = min(end, begin + lane * share), to = min(end, from + share);
+    uint32_t mine = 0;
+#pragma unroll 8
+    for (size_t pos = from; pos < to; ++pos) mine += is_p(pos);
+    uint32_t up_to = mine;  // inclusive scan over the lanes
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t v = __shfl_up_sync(kFullMask, up_to, o);
+      if (lane >= o) up_to += v;
+    }
+    const uint32_t matches = __shfl_sync(kFullMask, up_to, 31), before = up_to - mine;
+    if (matches == end - begin) return end;
+    size_t front = begin + before, back = begin + matches + (from - begin - before);
+#pragma unroll 8
+    for (size_t pos = from; pos < to; ++pos) bv.regroup_scratch[is_p(pos) ? front++ : back++] = bv.perm[pos];
+    __syncwarp();
+    for (size_t pos = begin + lane; pos < end; pos += 32) bv.perm[pos] = bv.regroup_scratch[pos];
+    __syncwarp();
+    return begin + matches;
+  }
+
+  // A run of the plan: positions with one hash prefix. Almost always one key (two keys share a
+  // 32-bit prefix with a chance of about items / 2^32 a key); a run of several is regrouped by key,
+  // a key's operations in their order, and each key's group is combined as a run of its own, so a
+  // hot key that meets another key's prefix costs a few passes over its run, not a walk of its
+  // thousands of operations one at a time. A group that cannot complete leaves the run from its
+  // first position to the slow path, which regroups what is left (already grouped: unchanged).
   // Returns kDone, or the reason and (in *resume) the position the slow path continues at.
   __device__ RunResult run(size_t begin, size_t end, const SlowPathFlags& flags, size_t* resume) {
     if (skip_long_runs && is_long_run(begin, end, bv.long_runs_beside)) return RunResult::kDone;  // long_run_kernel's
@@ -868,23 +907,18 @@ struct WarpOps {
       }
       uniform = !__any_sync(kFullMask, differs);
     }
-    if (uniform) {
-      *resume = begin;
-      return group(p, begin, end, flags);
-    }
+    *resume = begin;
+    if (uniform) return group(p, begin, end, flags);
     // Runs of several keys may touch items that exist, which parallel displacement may be moving.
-    if (flags.parallel_moves) {
-      *resume = begin;
-      return RunResult::kNeedSlot;
-    }
-    for (size_t pos = begin; pos < end; ++pos) {
+    if (flags.parallel_moves) return RunResult::kNeedSlot;
+    for (size_t from = begin; from < end;) {
       KeyProbe<T> q;
-      make_probe(t, bv.keys + size_t{bv.op_index(pos)} * T::kKeyWords, q);
-      RunResult res = single(q, bv.op_index(pos), flags);
-      if (res != RunResult::kDone) {
-        *resume = pos;
-        return res;
-      }
+      make_probe(t, bv.keys + size_t{bv.op_index(from)} * T::kKeyWords, q);
+      const size_t to = regroup(q, from, end);
+      *resume = from;
+      const RunResult res = group(q, from, to, flags);
+      if (res != RunResult::kDone) return res;
+      from = to;
     }
     return RunResult::kDone;
   }
