@@ -564,9 +564,9 @@ __global__ void __launch_bounds__(256) serial_kernel(const __grid_constant__ T t
 // waits until the others are done (their answers read the value's cached bytes, which the write
 // replaces) and makes the run's one write, as WarpOps::group does (a failure hands the run to the
 // slow path, whose rerun walks it with one warp and answers every operation again). A run whose
-// prefix two keys share, or of a reserved key, is left to the last window's warp 0, which runs it
-// as the batch kernel's warps do (WarpOps::run: regrouped by key), after the others are done.
-// Transitions hold batch positions, not run positions (a chunk < 2^30).
+// prefix two keys share, or of a reserved key, is left to the last window's block, which regroups
+// it by key and combines each key's part (walk_by_key), after the others are done. Transitions
+// hold batch positions, not run positions (a chunk < 2^30).
 inline constexpr int kLongRunWarps = 16;
 static_assert(kLongRunWarps * 32 >= kLongRunWindow, "a thread per position of a window");
 
@@ -628,6 +628,88 @@ __device__ LookBack look_back(const BatchView& bv, const LongWindow* windows, ui
   }
 }
 
+// WarpOps::regroup with a block of long_run_kernel: each thread takes a contiguous share of
+// [begin, end); `warp_matches` is shared memory for a count per warp. Every thread calls it and
+// gets the end of p's part.
+template <class T>
+__device__ size_t block_regroup(const BatchView& bv, const KeyProbe<T>& p, size_t begin, size_t end, uint32_t* warp_matches) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const size_t share = (end - begin + blockDim.x - 1) / blockDim.x;
+  const size_t from = min(end, begin + threadIdx.x * share), to = min(end, from + share);
+  uint32_t mine = 0;
+#pragma unroll 8
+  for (size_t pos = from; pos < to; ++pos) mine += has_key(bv, pos, p);
+  const uint32_t up_to = warp_inclusive_sum(mine, lane);
+  if (lane == 31) warp_matches[warp] = up_to;
+  __syncthreads();
+  size_t before = up_to - mine, matches = 0;
+  for (int w = 0; w < kLongRunWarps; ++w) {
+    if (w < warp) before += warp_matches[w];
+    matches += warp_matches[w];
+  }
+  if (matches < end - begin) {
+    regroup_share(bv, p, begin, from, to, before, matches);
+    __syncthreads();
+    for (size_t pos = begin + threadIdx.x; pos < end; pos += blockDim.x) bv.perm[pos] = bv.regroup_scratch[pos];
+  }
+  __syncthreads();  // the permutation is whole again, and warp_matches free
+  return begin + matches;
+}
+
+// A long run of several keys (or of a reserved key), with the whole block: regrouped by key, and
+// each key's part combined as the windows combine a run of one key (warp 0 reads the key's state
+// while every warp composes its share's transitions, each warp answers its share, warp 0 makes the
+// one write); a part shorter than kLongRunBeside, or of a reserved key, by warp 0 as WarpOps::group
+// does. A part that cannot complete leaves the rest of the run to the slow path, from its first
+// position. The shared arguments are the kernel's.
+template <Access A, class T>
+__device__ void walk_by_key(WarpOps<A, T>& ops, const BatchContext& ctx, const BatchView& bv, size_t begin, size_t end,
+                            uint32_t* warp_matches, Transition* totals, bool& present, uint64_t& stored,
+                            const std::byte*& cached_value, int& part_result) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  for (size_t s = begin; s < end;) {
+    KeyProbe<T> q;
+    make_probe(ops.t, bv.keys + size_t{bv.op_index(s)} * T::kKeyWords, q);
+    const size_t e = block_regroup(bv, q, s, end, warp_matches);
+    if (e - s < kLongRunBeside || WarpOps<A, T>::reserved(q)) {
+      if (warp == 0) {
+        const RunResult r = ops.group(q, s, e, SlowPathFlags{});
+        if (lane == 0) part_result = static_cast<int>(r);
+      }
+    } else {
+      const size_t per_warp = ((e - s + 31) / 32 + kLongRunWarps - 1) / kLongRunWarps * 32;
+      const size_t from = min(e, s + warp * per_warp), to = min(e, from + per_warp);
+      typename WarpOps<A, T>::RunStart start{};
+      if (warp == 0) {
+        start = ops.start_run(q, e - s);
+        if (lane == 0) present = start.present, stored = start.stored, cached_value = start.cached_value;
+      }
+      bool other = false;
+      const Transition span = ops.span_transition(0, from, to, q, &other);
+      if (lane == 0) totals[warp] = span;
+      __syncthreads();
+      KeyState carry{present, kFromTable};
+      for (int w = 0; w < warp; ++w) carry = apply(totals[w], carry);
+      ops.answer_span(0, from, to, carry, stored, cached_value, q.hash[0]);
+      __syncthreads();  // every answer has read the value the write replaces
+      if (warp == 0) {
+        Transition all = kIdentity;
+        for (int w = 0; w < kLongRunWarps; ++w) all = compose(all, totals[w]);
+        const RunResult r = ops.finish_run(q, start, apply(all, KeyState{start.present, kFromTable}), 0, e, SlowPathFlags{});
+        if (lane == 0) part_result = static_cast<int>(r);
+      }
+    }
+    __syncthreads();
+    const RunResult r = static_cast<RunResult>(part_result);
+    __syncthreads();  // part_result is read before the next part writes it
+    if (r != RunResult::kDone) {
+      if (threadIdx.x == 0) hand_to_slow_path(ctx, bv, s, r);
+      return;
+    }
+    s = e;
+  }
+}
+
 // One block an SM: 128 registers hold span_transition's four rounds (capped at 64 they spilled
 // 650 bytes).
 template <Access A, class T>
@@ -643,6 +725,8 @@ __global__ void __launch_bounds__(kLongRunWarps * 32, 1)
   __shared__ const std::byte* cached_value;
   __shared__ uint32_t run_begin;
   __shared__ unsigned long long first_window;
+  __shared__ uint32_t warp_matches[kLongRunWarps];
+  __shared__ int part_result;
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   long long delta = 0;
   WarpOps<A, T> ops{t, ctx, bv, lane, delta};
@@ -723,21 +807,23 @@ __global__ void __launch_bounds__(kLongRunWarps * 32, 1)
       __threadfence();
       store_volatile(&windows[a].done, epoch);
     }
-    if (!last || warp != 0) continue;
-    for (size_t w = first_window + lane; w < a; w += 32)
-      while (load_volatile(&windows[w].done) != epoch) {
-      }
-    __syncwarp();
-    __threadfence();
-    if (walk) {
-      size_t resume = run_begin;
-      const RunResult r = ops.run(run_begin, to, SlowPathFlags{}, &resume);
-      if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, resume, r);
-    } else {
-      const KeyState final_state = apply(compose(before, total), KeyState{start.present, kFromTable});
-      const RunResult r = ops.finish_run(p, start, final_state, 0, to, SlowPathFlags{});
-      if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, run_begin, r);
+    if (!last) continue;
+    if (warp == 0) {
+      for (size_t w = first_window + lane; w < a; w += 32)
+        while (load_volatile(&windows[w].done) != epoch) {
+        }
+      __syncwarp();
+      __threadfence();
     }
+    if (walk) {  // the same in every thread of the block
+      __syncthreads();  // warp 0 saw the run's other windows done
+      walk_by_key(ops, ctx, bv, run_begin, to, warp_matches, totals, present, stored, cached_value, part_result);
+      continue;
+    }
+    if (warp != 0) continue;
+    const KeyState final_state = apply(compose(before, total), KeyState{start.present, kFromTable});
+    const RunResult r = ops.finish_run(p, start, final_state, 0, to, SlowPathFlags{});
+    if (r != RunResult::kDone && lane == 0) hand_to_slow_path(ctx, bv, run_begin, r);
   }
   if (lane == 0 && delta) atomicAdd(reinterpret_cast<unsigned long long*>(&ctx.counters->item_delta), static_cast<unsigned long long>(delta));
 }

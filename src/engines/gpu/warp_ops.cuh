@@ -384,6 +384,36 @@ __device__ void clear_slot(const T& t, uint32_t level, uint64_t bucket, int slot
 
 // ---- operations on one key (the whole warp) ----------------------------------------------
 
+// Whether the operation at plan position `pos` is on p's key.
+template <class T>
+__device__ inline bool has_key(const BatchView& bv, size_t pos, const KeyProbe<T>& p) {
+  const uint64_t* k = bv.keys + size_t{bv.op_index(pos)} * T::kKeyWords;
+  bool same = true;
+#pragma unroll
+  for (int w = 0; w < T::kKeyWords; ++w) same &= k[w] == p.key[w];
+  return same;
+}
+
+__device__ inline uint32_t warp_inclusive_sum(uint32_t x, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t v = __shfl_up_sync(kFullMask, x, o);
+    if (lane >= o) x += v;
+  }
+  return x;
+}
+
+// Where regroup (below) puts the positions of one thread's share [from, to) of [begin, end): p's
+// key's to `front` on, the others to `back` on (`before`: p's positions in the shares before it),
+// in order, through regroup_scratch.
+template <class T>
+__device__ inline void regroup_share(const BatchView& bv, const KeyProbe<T>& p, size_t begin, size_t from, size_t to,
+                                     size_t before, size_t matches) {
+  size_t front = begin + before, back = begin + matches + (from - begin - before);
+#pragma unroll 8
+  for (size_t pos = from; pos < to; ++pos) bv.regroup_scratch[has_key(bv, pos, p) ? front++ : back++] = bv.perm[pos];
+}
+
 template <Access A, class T>
 struct WarpOps {
   const T& t;
@@ -855,31 +885,17 @@ struct WarpOps {
   // Moves the positions in [begin, end) whose key is p's to the front of the range, both parts in
   // their order (a stable partition of the run's permutation, through regroup_scratch); returns the
   // end of p's part. Each lane takes a contiguous share of the range, so its loads are independent
-  // of one another and the shares, written in lane order, keep the order.
+  // of one another and the shares, written in lane order, keep the order. (long_run_kernel's
+  // block_regroup does the same with a block.)
   __device__ size_t regroup(const KeyProbe<T>& p, size_t begin, size_t end) {
-    const auto is_p = [&](size_t pos) {
-      const uint64_t* k = bv.keys + size_t{bv.op_index(pos)} * T::kKeyWords;
-      bool same = true;
-#pragma unroll
-      for (int w = 0; w < T::kKeyWords; ++w) same &= k[w] == p.key[w];
-      return same;
-    };
     const size_t share = (end - begin + 31) / 32;
     const size_t from = min(end, begin + lane * share), to = min(end, from + share);
     uint32_t mine = 0;
 #pragma unroll 8
-    for (size_t pos = from; pos < to; ++pos) mine += is_p(pos);
-    uint32_t up_to = mine;  // inclusive scan over the lanes
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t v = __shfl_up_sync(kFullMask, up_to, o);
-      if (lane >= o) up_to += v;
-    }
-    const uint32_t matches = __shfl_sync(kFullMask, up_to, 31), before = up_to - mine;
+    for (size_t pos = from; pos < to; ++pos) mine += has_key(bv, pos, p);
+    const uint32_t up_to = warp_inclusive_sum(mine, lane), matches = __shfl_sync(kFullMask, up_to, 31);
     if (matches == end - begin) return end;
-    size_t front = begin + before, back = begin + matches + (from - begin - before);
-#pragma unroll 8
-    for (size_t pos = from; pos < to; ++pos) bv.regroup_scratch[is_p(pos) ? front++ : back++] = bv.perm[pos];
+    regroup_share(bv, p, begin, from, to, up_to - mine, matches);
     __syncwarp();
     for (size_t pos = begin + lane; pos < end; pos += 32) bv.perm[pos] = bv.regroup_scratch[pos];
     __syncwarp();
