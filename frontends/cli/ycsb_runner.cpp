@@ -111,6 +111,7 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
   r.resizes = info.resizes - before.resizes;
   r.heap_grows = info.heap_grows - before.heap_grows;
   r.resize_seconds = info.resize_seconds - before.resize_seconds;
+  r.rehash_seconds = info.rehash_seconds - before.rehash_seconds;
   r.heap_grow_seconds = info.heap_grow_seconds - before.heap_grow_seconds;
   r.displacements = info.displacements - before.displacements;
   if (info.cache_gpu_bytes) {

@@ -34,6 +34,7 @@ struct RunResult {
   double plan_seconds = 0, kernel_seconds = 0, slow_seconds = 0;
   uint64_t heap_grows = 0, displacements = 0;
   double resize_seconds = 0, heap_grow_seconds = 0;  // of the slow path's time: growing the table and the heap
+  double rehash_seconds = 0;                          // of resize_seconds: moving items up a level
   std::vector<double> batch_seconds;
   uint64_t not_found = 0;      // searches of records that exist but were not found
   uint64_t found_absent = 0;   // negative searches that did not return kNotFound

@@ -24,7 +24,7 @@ struct EngineStats {
   double last_resize_seconds = 0;
   // All resizes and heap growth of this session (HMEH: its splits' time, summed over the threads).
   double resize_seconds = 0, heap_grow_seconds = 0;
-  double rehash_seconds = 0;  // CPU engine: of resize_seconds, moving the bottom level's items up
+  double rehash_seconds = 0;  // of resize_seconds: moving the bottom level's items up (GPHash engines)
   double last_batch_device_seconds = 0;  // GPU engine: device time of the last batch (events)
   // GPU engine: the last batch's device time by stage (plan = hash + sort; kernel = the parallel
   // pass; slow = displacement, resize and heap growth), and the open's mapping time.

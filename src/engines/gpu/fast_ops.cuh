@@ -832,12 +832,42 @@ __global__ void __launch_bounds__(kLongRunWarps * 32, 1)
 
 namespace gphash::engine::gpu {
 
+// A rehashed item's own bucket at the new top level: the child of its old bucket for the hash that
+// put it there. Claims the bucket's first free slot in the mirror and fills it; false when the
+// bucket is full. Taken in thread order, these writes reach the new level in address order, where
+// the least-loaded rule sent about half the items to their other hash's bucket, anywhere in it: a
+// host-mapped level's random writes are bound by translating its pages (DESIGN.md section 2). The
+// new level is empty when the rehash starts, so the buckets are balanced by the hash itself.
+template <class T>
+__device__ bool fill_own_bucket(const T& upper, const KeyProbe<T>& mine, uint32_t old_level, uint64_t old_bucket,
+                                uint64_t value) {
+  static_assert(T::S % 4 == 0, "a bucket's mirror tags are whole 32-bit words");
+  const uint32_t top = upper.bottom + T::L - 1;
+  uint64_t hash = mine.hash[0];
+#pragma unroll
+  for (int x = T::H - 1; x > 0; --x)
+    if (format::bucket_at(mine.hash[x], old_level) == old_bucket) hash = mine.hash[x];
+  if (format::bucket_at(mine.hash[0], old_level) == old_bucket) hash = mine.hash[0];
+  const uint64_t b = format::bucket_at(hash, top);
+  const uint64_t first = upper.tag_index(top, b, 0);
+  for (int w = 0; w < T::S / 4; ++w) {
+    unsigned shift;
+    const uint32_t word = load_volatile(tag_word(upper, first + 4 * w, &shift));
+    const uint64_t at = claim_free_tag(upper, first + 4 * w, word, 1);
+    if (at == ~uint64_t{0}) continue;
+    link_slot<Access::kMirror>(upper, top, b, static_cast<int>(at - first), at, mine.key, mine.published, mine.tag, value);
+    return true;
+  }
+  return false;
+}
+
 // Resize with the tag mirror: every item of the old bottom level moves into the levels above it.
 // `upper` is the table seen from one level up, its mirror already built (the new top level's
-// tags are all empty). Pipelined like batch_kernel: the warp probes 8 items' candidates at a
-// time, then every lane claims and fills its item's new slot and clears the old one. Idempotent
-// (an item found above is only cleared below), so an interrupted resize resumes by running the
-// rehash again.
+// tags are all empty). Most items go to their own bucket at the new top level (fill_own_bucket);
+// the rest are pipelined like batch_kernel: the warp probes 8 items' candidates at a time, then
+// every lane claims and fills its item's new slot. Placed items are cleared below. Only for a
+// fresh resize (its new top level empty: no copy of an item can be above it yet); a resumed one
+// goes through rehash_kernel, which looks for copies first.
 template <class T>
 __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constant__ T upper, uint32_t old_level, ScanCounters* out) {
   const int lane = threadIdx.x & 31;
@@ -854,6 +884,7 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
   const bool item = format::is_published(state);
   KeyProbe<T> mine{};
   uint64_t value = 0;
+  bool claimed = false;  // the item is above
   if (item) {
     uint64_t key[T::kKeyWords];
 #pragma unroll
@@ -861,16 +892,24 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
       key[w] = T::Layout::kKeyIsState ? format::decode_key_word(state) : T::key_words(old_bucket, old_slot)[w];
     make_probe(upper, key, mine);
     value = load_volatile(T::value_word(old_bucket, old_slot));
+    claimed = fill_own_bucket(upper, mine, old_level, slot_index / T::S, value);
   }
-  const uint32_t items = __ballot_sync(kFullMask, item);
-  if (!items) return;
+  const bool pending = item && !claimed;
+  const uint32_t items = __ballot_sync(kFullMask, pending);
+  if (!items) {
+    if (item) {
+      upper.writes.store(T::state_word(old_bucket, old_slot), format::kSlotEmpty);
+      upper.writes.barrier();
+    }
+    return;
+  }
   const Candidates found_slots = scan_candidates<Access::kMirror>(upper, mine, items, true, lane);
   const uint32_t my_candidates = found_slots.lanes;
   const int my_target = found_slots.target;
   const uint64_t my_target_bucket = found_slots.target_bucket;
-  // Already copied up by an interrupted earlier attempt?
+  // Already above? (Never in a fresh resize; checked as rehash_kernel does, so none is copied twice.)
   bool copied = false;
-  if (item) {
+  if (pending) {
     for (uint32_t c = my_candidates; c && !copied; c &= c - 1) {
       const int cl = __ffs(c) - 1;
       const format::CandidatePosition cp = format::candidate_position(cl, T::L, T::S);
@@ -886,19 +925,18 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
       }
     }
   }
-  bool claimed = false;
   const uint32_t t_level = upper.bottom + format::candidate_position(my_target < 0 ? 0 : my_target, T::L, T::S).d;
   const int t_slot = my_target % T::S;
-  if (item && !copied && my_target >= 0) {
+  if (pending && !copied && my_target >= 0) {
     LaneSlot<T> ls;
     ls.tag_index = upper.tag_index(t_level, my_target_bucket, t_slot);
     claimed = claim_slot<Access::kMirror>(upper, ls);
+    if (claimed)
+      link_slot<Access::kMirror>(upper, t_level, my_target_bucket, t_slot, ls.tag_index, mine.key, mine.published, mine.tag,
+                                 value);
   }
-  if (claimed) link_slot<Access::kMirror>(upper, t_level, my_target_bucket, t_slot,
-                                          upper.tag_index(t_level, my_target_bucket, t_slot), mine.key,
-                                          mine.published, mine.tag, value);
   // What the pipelined pass could not place goes one at a time through the warp path.
-  uint32_t work = __ballot_sync(kFullMask, item && !copied && !claimed);
+  uint32_t work = __ballot_sync(kFullMask, pending && !copied && !claimed);
   while (work) {
     const int src = __ffs(work) - 1;
     work &= work - 1;
@@ -926,7 +964,7 @@ __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constan
         break;
       }
     }
-    if (lane == src) claimed = placed;  // `claimed` now means: the item is above
+    if (lane == src) claimed = placed;
     if (!placed && lane == 0) atomicAdd(&out->corrupt, 1ull);
   }
   if (item && (copied || claimed)) {

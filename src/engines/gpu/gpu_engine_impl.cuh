@@ -1473,6 +1473,7 @@ class GpuEngine final : public Engine {
   // memory; the result is also the mirror of the resized table. Without one (other kernel
   // variants, or recovery before any mirror exists), claims are CAS of the pool's state words.
   void rehash(uint32_t old_bottom, DeviceBuffer<uint8_t>* upper_tags) {
+    const auto t0 = std::chrono::steady_clock::now();
     T upper = dt_;
     upper.bottom = old_bottom + 1;
     upper.tags = nullptr;
@@ -1494,6 +1495,7 @@ class GpuEngine final : public Engine {
     GPHASH_CUDA(cudaGetLastError());
     read_scan();
     if (const uint64_t left = host_scan_.get()->corrupt) place_by_displacement(upper, old_bottom, left);
+    stats_.rehash_seconds += seconds_since(t0);
   }
 
   // The items the rehash kernels left below (every candidate slot above them full), placed one at
