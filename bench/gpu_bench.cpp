@@ -48,6 +48,10 @@ extern char** environ;
 namespace gphash::bench {
 namespace {
 
+// Where the benchmark's pools live (--pool-dir): a tmpfs by default; hugetlbfs or a tmpfs with
+// huge pages to compare page sizes.
+std::string pool_dir = "/dev/shm";
+
 using nlohmann::json;
 
 void check(cudaError_t e, const char* what) {
@@ -189,7 +193,7 @@ json section_hbm(uint32_t bottom_level, size_t batch) {
 
 // ---- mapped: host-mapped placement, 32-byte keys, 128-byte values --------------------------
 json section_mapped(size_t items, size_t batch) {
-  const std::string pool = "/dev/shm/gphash-bench-mapped";
+  const std::string pool = pool_dir + "/gphash-bench-mapped";
   std::remove(pool.c_str());
   OpenOptions o = gpu_options(Placement::kHostMapped);
   o.replace = true;
@@ -307,7 +311,7 @@ json section_kernels(uint64_t records, size_t batch, uint32_t kw, uint32_t vw) {
       {GpuKernels::kWarp, "warp"}, {GpuKernels::kWarpDirect, "warp-direct"}, {GpuKernels::kThread, "thread"}};
   double warp_rate[2] = {0, 0};
   for (auto [kernels, name] : variants) {
-    const std::string pool = "/dev/shm/gphash-bench-kernels";
+    const std::string pool = pool_dir + "/gphash-bench-kernels";
     OpenOptions o = gpu_options(Placement::kHostMapped, kernels);
     o.replace = true;
     Table t = Table::create(pool, {kw, vw, {2, 2, 8}, records / 8, 3}, o);
@@ -354,7 +358,7 @@ json section_cache(uint64_t records, const std::vector<uint32_t>& value_widths, 
                                  {"lru-20%", CachePolicy::kLru, 0.2, true},     {"random-20%", CachePolicy::kRandom, 0.2, true},
                                  {"paper lfu-20%", CachePolicy::kLfu, 0.2, false}, {"complete", CachePolicy::kLfu, 1.0, true}};
   json rows = json::array();
-  const std::string pool = "/dev/shm/gphash-bench-cache";
+  const std::string pool = pool_dir + "/gphash-bench-cache";
   auto options = [](const CacheConfig& c) {
     OpenOptions o = gpu_options(Placement::kHostMapped);
     o.cache.policy = c.policy;
@@ -435,7 +439,7 @@ json section_small(uint64_t records, const std::vector<size_t>& sizes) {
   }
   for (const Placement placement : {Placement::kGpuMemory, Placement::kHostMapped}) {
     const bool mapped = placement == Placement::kHostMapped;
-    const std::string pool = mapped ? "/dev/shm/gphash-bench-small" : "mem:";
+    const std::string pool = mapped ? pool_dir + "/gphash-bench-small" : "mem:";
     OpenOptions o = gpu_options(placement);
     o.replace = true;
     Table t = Table::create(pool, {16, 8, {2, 2, 8}, records + records / 4, 9}, o);
@@ -644,7 +648,7 @@ json timeline_json(const cli::RunResult& r) {
 }
 
 json section_gpu_batches(const GpuBatchesSpec& g) {
-  const std::string pool = "/dev/shm/gphash-bench-gpu-batches";
+  const std::string pool = pool_dir + "/gphash-bench-gpu-batches";
   const bool cpu_assisted = g.engine == "cpu";
   TableConfig config{.key_width = g.key_width, .value_width = g.value_width, .shape = parse_shape(g.shape),
                      .capacity = g.capacity ? g.capacity : std::max<uint64_t>(1024, g.records / 16)};
@@ -678,9 +682,9 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                     name, r.workload, r.ops_per_second() / 1e6,
                     cpu_assisted ? fmt::format(" (index alone {:.2f} M/s)", r.operations / executor.index_seconds / 1e6)
                                  : fmt::format(" (device {:.2f} M/s: plan {:.3f} s, kernel {:.3f}, slow {:.3f} of which "
-                                               "resizes {:.3f} ({}), heap {:.3f} ({}); {} displacements)",
+                                               "resizes {:.3f} ({}, rehash {:.3f}), heap {:.3f} ({}); {} displacements)",
                                                r.device_ops_per_second() / 1e6, r.plan_seconds, r.kernel_seconds,
-                                               r.slow_seconds, r.resize_seconds, r.resizes, r.heap_grow_seconds,
+                                               r.slow_seconds, r.resize_seconds, r.resizes, r.rehash_seconds, r.heap_grow_seconds,
                                                r.heap_grows, r.displacements),
                     r.not_found, r.bad_values, r.failed_writes, r.found_absent));
     json row = {{"workload", r.workload},
@@ -713,6 +717,7 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                   {"seconds", r.seconds},
                   {"heap_grows", r.heap_grows},
                   {"resize_seconds", r.resize_seconds},
+                  {"rehash_seconds", r.rehash_seconds},
                   {"heap_grow_seconds", r.heap_grow_seconds},
                   {"displacements", r.displacements}});
     rows.push_back(row);
@@ -762,7 +767,7 @@ int make_dirty_main(const std::string& pool, uint64_t items, bool gpu) {
 json section_recovery(const std::string& self, const std::vector<uint64_t>& sizes) {
   json rows = json::array();
   for (uint64_t items : sizes) {
-    const std::string pool = "/dev/shm/gphash-bench-recovery";
+    const std::string pool = pool_dir + "/gphash-bench-recovery";
     json row = {{"items", items}};
     for (bool gpu : {true, false}) {
       make_dirty(self, pool, items, true);
@@ -828,6 +833,7 @@ int main(int argc, char** argv) {
   app.add_option("--small-sizes", small_sizes)->capture_default_str();
   app.add_option("--sections", sections, "Comma-separated sections")->capture_default_str();
   app.add_option("--json", json_path, "Write all results as JSON here");
+  app.add_option("--pool-dir", pool_dir, "Directory of the host-mapped pools (tmpfs or hugetlbfs)")->capture_default_str();
   app.add_option("--l2-fetch-bytes", l2_fetch_bytes,
                  "cudaLimitMaxL2FetchGranularity for the whole run (0: the driver's default)")->check(CLI::Range(0, 128));
   app.add_option("--hbm-bottom-level", hbm_bottom, "hbm: bottom level (22 = 100M slots, 1.6 GB)")->capture_default_str();
