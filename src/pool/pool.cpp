@@ -333,6 +333,19 @@ Pool::~Pool() {
   if (replaced_fd_ >= 0) close(replaced_fd_);
 }
 
+namespace {
+
+// 2 MiB pages for a shared mapping of a tmpfs or memfd pool, where the system leaves the choice to
+// the mapping (a tmpfs mounted huge=advise; memfd pools with shmem_enabled "advise"; huge=always
+// gives them anyway). They make a host-mapped GPU table's growth about twice as fast: on the H200
+// machine a LOAD of 16.8 M items into a small table (8 resizes, 7 heap growths) ran at 30.2-34.6
+// M/s on a tmpfs mounted huge=always against 14.7-17.2 on its /dev/shm (huge=never): fewer pages
+// to fault in, register with CUDA, unpin and release (bench/results/2026-12-01-rehash-own-bucket).
+// Best effort: without transparent huge pages the call fails, harmlessly.
+void advise_huge_pages(std::byte* p, uint64_t bytes) { (void)madvise(p, bytes, MADV_HUGEPAGE); }
+
+}  // namespace
+
 void Pool::map_file(uint64_t reserve_bytes) {
   void* area = MAP_FAILED;
   for (uint64_t want : {reserve_bytes, std::min(reserve_bytes, kFallbackReserve)}) {
@@ -358,6 +371,7 @@ void Pool::map_file(uint64_t reserve_bytes) {
     const int sharing = copy_on_write_ ? MAP_PRIVATE : MAP_SHARED;
     if (mmap(base_, file_size_, prot, sharing | MAP_FIXED, fd_, 0) == MAP_FAILED)
       io_error("cannot map pool", path_, errno);
+    if (sharing == MAP_SHARED && (kind_ == PoolKind::kShm || kind_ == PoolKind::kMemory)) advise_huge_pages(base_, file_size_);
   }
 }
 
@@ -376,10 +390,10 @@ namespace {
 // already had (CreateOptions::reserve_bytes) 0.251 / 0.085 / 0.200 / 0.232 s
 // (bench/results/2026-11-29-pool-reservation).
 int populate_pages(std::byte* p, uint64_t bytes) {
-  constexpr uint64_t kSlice = uint64_t{8} << 20;
+  constexpr uint64_t kSlice = uint64_t{8} << 20, kHugePage = uint64_t{2} << 20;
   const unsigned threads = static_cast<unsigned>(
       std::clamp<uint64_t>(bytes / kSlice, 1, std::min(4u, std::max(1u, std::thread::hardware_concurrency()))));
-  const uint64_t step = (bytes / threads + 4095) / 4096 * 4096;
+  const uint64_t step = (bytes / threads + kHugePage - 1) / kHugePage * kHugePage;  // no 2 MiB page split between threads
   std::atomic<int> error{0};
   auto slice = [&](unsigned i) {
     const uint64_t begin = i * step;
@@ -441,6 +455,7 @@ void Pool::grow_file(uint64_t new_size, Populate populate) {
   if ((kind_ == PoolKind::kShm || kind_ == PoolKind::kMemory) && ftruncate(fd_, static_cast<off_t>(new_size)) == 0) {
     if (mmap(grown, added, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_, static_cast<off_t>(old_size)) == MAP_FAILED)
       io_error("cannot map the grown part of pool", path_, errno);
+    advise_huge_pages(grown, added);
     const bool skip = populate == Populate::kByCaller || (populate == Populate::kUnlessReserved && reserved_through(new_size));
     const int err = skip ? 0 : populate_pages(grown, added);
     if (err == 0) {
