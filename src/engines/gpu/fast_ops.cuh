@@ -833,11 +833,12 @@ __global__ void __launch_bounds__(kLongRunWarps * 32, 1)
 namespace gphash::engine::gpu {
 
 // A rehashed item's own bucket at the new top level: the child of its old bucket for the hash that
-// put it there. Claims the bucket's first free slot in the mirror and fills it; false when the
-// bucket is full. Taken in thread order, these writes reach the new level in address order, where
-// the least-loaded rule sent about half the items to their other hash's bucket, anywhere in it: a
-// host-mapped level's random writes are bound by translating its pages (DESIGN.md section 2). The
-// new level is empty when the rehash starts, so the buckets are balanced by the hash itself.
+// put it there, as the CPU engine's stream_bottom places it. Claims the bucket's first free slot in
+// the mirror and fills it; false when the bucket is full, which a healthy table never has (the new
+// level starts empty, and at most S items of one old bucket share its 2^L children). Taken in
+// thread order, these writes reach the new level in address order, where the least-loaded rule
+// sent about half the items to their other hash's bucket, anywhere in it: a host-mapped level's
+// random writes are bound by translating its pages (DESIGN.md section 2).
 template <class T>
 __device__ bool fill_own_bucket(const T& upper, const KeyProbe<T>& mine, uint32_t old_level, uint64_t old_bucket,
                                 uint64_t value) {
@@ -863,11 +864,11 @@ __device__ bool fill_own_bucket(const T& upper, const KeyProbe<T>& mine, uint32_
 
 // Resize with the tag mirror: every item of the old bottom level moves into the levels above it.
 // `upper` is the table seen from one level up, its mirror already built (the new top level's
-// tags are all empty). Most items go to their own bucket at the new top level (fill_own_bucket);
-// the rest are pipelined like batch_kernel: the warp probes 8 items' candidates at a time, then
-// every lane claims and fills its item's new slot. Placed items are cleared below. Only for a
-// fresh resize (its new top level empty: no copy of an item can be above it yet); a resumed one
-// goes through rehash_kernel, which looks for copies first.
+// tags are all empty). Items go to their own bucket at the new top level (fill_own_bucket); any
+// left (a damaged table) are pipelined like batch_kernel: the warp probes 8 items' candidates at a
+// time, then every lane claims and fills its item's new slot. Placed items are cleared below. Only
+// for a fresh resize (its new top level empty: no copy of an item can be above it yet); a resumed
+// one goes through rehash_kernel, which looks for copies first.
 template <class T>
 __global__ void __launch_bounds__(256) rehash_mirror_kernel(const __grid_constant__ T upper, uint32_t old_level, ScanCounters* out) {
   const int lane = threadIdx.x & 31;
