@@ -45,7 +45,8 @@ struct ItemHeader {
   uint8_t state;            // volatile: ItemState
   uint8_t fetched;          // volatile: hit since stored (meta flag h, stats)
   uint8_t token_sent;       // volatile: a vivifying mg (N) handed out the win token (meta Z)
-  uint8_t reserved[3];
+  uint8_t lru_hit;          // volatile (cache mode): hit since its last LRU move (KvStore::rescue)
+  uint16_t lru_moved;       // volatile (cache mode): low 16 bits of the Unix time of its last LRU move
   // key bytes, then value bytes follow
 };
 static_assert(sizeof(ItemHeader) == 64);

@@ -58,6 +58,12 @@ struct KvConfig {
   uint64_t cas_first = 1;
   uint32_t cas_stride = 1;
   bool force_flush = false;
+  // Cache mode: a hit moves its item to the head of its LRU only if the last move was at least
+  // this many seconds ago (memcached's ITEM_UPDATE_INTERVAL, 60 s); a hit item that reaches the
+  // tail sooner is moved back up instead of evicted. So most hits store nothing to the item's two
+  // LRU neighbours (random lines other threads' rounds also touch). 0: every hit moves its item.
+  // At most 65535.
+  uint32_t lru_update_interval = 60;
   // Overlap each round's index batch with the resolution of the round before (KvStore::run). A
   // snapshot needs a moment when every resolved change is in the index, which a busy pipeline
   // rarely has: run() drains the pipeline when one waits.
@@ -174,6 +180,10 @@ class KvStore {
   void retire(Location loc);
   void reap_zombies();
   void apply_bumps();
+  bool lru_move_due(const ItemHeader* h) const;
+  void note_access(ItemHeader* h, Location loc);
+  bool rescue(Location loc);
+  static constexpr int kMaxRescues = 20;  // per walk from an LRU's tail
   Location allocate(uint8_t cls, Location pinned);
   bool evict_one(uint8_t cls);
   void plan_evictions(Round& r, std::span<KvCommand* const> round);
