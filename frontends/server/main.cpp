@@ -125,6 +125,7 @@ std::vector<kv::KvConfig> partition_configs(const Options& o) {
     }
   }
   config.memory_bytes = (o.memory_mb << 20) / static_cast<uint64_t>(n);
+  config.index_capacity = std::max<uint64_t>((uint64_t{1} << o.hashpower) / static_cast<uint64_t>(n), 4096);
   if (config.memory_bytes < (uint64_t{2} << 20) || config.memory_bytes < 2 * uint64_t{o.item_size_max})
     throw kv::KvError(kv::KvErrorCode::kInvalidArgument,
                       "-m " + std::to_string(o.memory_mb) + " over " + std::to_string(n) +

@@ -86,6 +86,10 @@ Options parse_options(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--conn-buffer-limit", o.conn_buffer_limit, "per-connection bytes of queued requests and of unsent replies before reading pauses (default 4 MiB)")->check(CLI::Range(4096, 1 << 30));
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
+  std::vector<std::string> extended;
+  app.add_option("-o,--extended", extended, "memcached's extended options, comma separated; supported: hashpower=N (the index "
+                                            "holds 2^N items before it first grows; default 16)")
+      ->delimiter(',');
   app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");
   std::string snapshot_mode = "600";
   app.add_option("--snapshot", o.snapshots.path,
@@ -106,6 +110,15 @@ Options parse_options(int argc, char** argv) {
     usage_error(e.what());
   }
   o.batch_period = std::chrono::microseconds(period_us);
+  for (const std::string& option : extended) {
+    const size_t eq = option.find('=');
+    const std::string key = option.substr(0, eq), value = eq == std::string::npos ? "" : option.substr(eq + 1);
+    if (key != "hashpower") usage_error("-o: '" + option + "' is not supported (supported: hashpower=N)");
+    char* end = nullptr;
+    const unsigned long power = std::strtoul(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || power < 12 || power > 32) usage_error("-o hashpower: a number from 12 to 32");
+    o.hashpower = static_cast<uint32_t>(power);
+  }
   o.mode = mode == "store" ? kv::Mode::kStore : kv::Mode::kCache;
   o.engine = engine == "gpu" ? EngineKind::kGpu : EngineKind::kCpu;
   o.io_uring = io_uring == "on" ? IoUring::kOn : io_uring == "off" ? IoUring::kOff : IoUring::kAuto;

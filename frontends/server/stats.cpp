@@ -95,6 +95,15 @@ void general(std::string& out, const ServerContext& ctx) {
   for (const Scheduler* scheduler : ctx.schedulers) max_round = std::max<uint64_t>(max_round, scheduler->stats().max_round.load());
   stat(out, "gphash_mode", ctx.options.mode == kv::Mode::kStore ? "store" : "cache");
   stat(out, "gphash_index_engine", ctx.stores.front()->index_engine());
+  // The index starts with room for 2^hashpower items (-o hashpower) and doubles as they come.
+  uint64_t slots = 0, resizes = 0;
+  for (kv::KvStore* store : ctx.stores) {
+    const TableInfo info = store->table().info();
+    slots += info.slots;
+    resizes += info.resizes;
+  }
+  stat(out, "gphash_index_slots", slots);
+  stat(out, "gphash_index_resizes", resizes);
   stat(out, "gphash_out_of_memory", total(ctx, &kv::KvCounters::out_of_memory));
   stat(out, "gphash_signature_collisions", total(ctx, &kv::KvCounters::signature_collisions));
   stat(out, "gphash_rounds", total(ctx, &Scheduler::Stats::rounds));

@@ -248,8 +248,7 @@ KvStore::KvStore(const KvConfig& config)
   TableConfig table_config;
   table_config.key_width = sizeof(Signature);
   table_config.value_width = sizeof(Location);
-  // Room for the items the memory can hold at a typical size before the first resize.
-  table_config.capacity = std::max<uint64_t>(config.memory_bytes / 256, 1 << 16);
+  table_config.capacity = config.index_capacity;
 
   if (config.mode == Mode::kCache) {
     if (!config.snapshots.path.empty())

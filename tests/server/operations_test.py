@@ -31,7 +31,7 @@ def usage_errors():
              (["-l", "0.0.0.0"], "-l"), (["-m", "0"], "--memory-limit"), (["-t", "0"], "--threads"),
              (["--mode", "store"], "--pool"), (["--engine", "tpu"], "--engine"), (["--bogus"], "bogus"),
              (["-c", "-5"], "-c"), (["--batch-period-us", "5000000"], "--batch-period-us"),
-             (["--io-uring", "yes"], "--io-uring")]
+             (["--io-uring", "yes"], "--io-uring"), (["-o", "modern"], "-o"), (["-o", "hashpower=40"], "hashpower")]
     for args, name in cases:
         r = subprocess.run([h.GPHASH_SERVER, *args], capture_output=True, text=True, timeout=10)
         check(r.returncode == 2 and name in r.stderr, f"usage error {args} exits 2 naming {name}: {r.stderr.strip()[:120]!r}")
@@ -83,6 +83,21 @@ def connection_limit():
         time.sleep(0.2)
         check(h.exchange(s.port, b"version\r\n").startswith(b"VERSION"), "-c 10: served again once the others closed")
         check(stats(s.port).get("rejected_connections") == "1", "rejected_connections counts it")
+
+
+def index_grows():
+    # The index starts with room for 2^12 items (-o hashpower=12, one partition) and grows as
+    # 20,000 keys come; every one is found after.
+    with h.gphash_server("-o", "hashpower=12", "-t", "1") as s:
+        total = 20000
+        for i in range(0, total, 1000):
+            h.exchange(s.port, b"".join(b"set g%d 0 0 4 noreply\r\nv%03d\r\n" % (j, j % 1000) for j in range(i, i + 1000)))
+        st = stats(s.port)
+        check(int(st["gphash_index_resizes"]) >= 2 and int(st["gphash_index_slots"]) >= total,
+              f"the index grew ({st['gphash_index_resizes']} resizes, {st['gphash_index_slots']} slots)")
+        for i in range(0, total, 500):
+            r = h.exchange(s.port, b"get " + b" ".join(b"g%d" % j for j in range(i, i + 500)) + b"\r\n")
+            check(r.count(b"VALUE ") == 500, f"keys g{i}.. are all there after the growth")
 
 
 def cache_eviction():
@@ -189,6 +204,7 @@ def io_uring_modes():
 
 def main():
     usage_errors()
+    index_grows()
     io_uring_modes()
     public_bind_warns()
     auth()
