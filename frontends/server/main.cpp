@@ -125,7 +125,12 @@ std::vector<kv::KvConfig> partition_configs(const Options& o) {
     }
   }
   config.memory_bytes = (o.memory_mb << 20) / static_cast<uint64_t>(n);
-  config.index_capacity = std::max<uint64_t>((uint64_t{1} << o.hashpower) / static_cast<uint64_t>(n), 4096);
+  // The CPU index starts small and grows (KvConfig::index_capacity says why). The GPU index keeps
+  // room for every item -m holds at 256 bytes, as before: its growth in GPU memory under a running
+  // server is not measured yet.
+  const uint64_t start = o.hashpower ? uint64_t{1} << o.hashpower
+                                     : o.engine == EngineKind::kCpu ? uint64_t{1} << 16 : (o.memory_mb << 20) / 256;
+  config.index_capacity = std::max<uint64_t>(start / static_cast<uint64_t>(n), 4096);
   if (config.memory_bytes < (uint64_t{2} << 20) || config.memory_bytes < 2 * uint64_t{o.item_size_max})
     throw kv::KvError(kv::KvErrorCode::kInvalidArgument,
                       "-m " + std::to_string(o.memory_mb) + " over " + std::to_string(n) +

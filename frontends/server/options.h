@@ -37,7 +37,7 @@ struct Options {
   IoUring io_uring = IoUring::kAuto;    // --io-uring: a loop pass's recvs, and its sends, one system call each
   size_t conn_buffer_limit = 4 << 20;   // --conn-buffer-limit: per connection, queued input and unsent output
   double growth_factor = 1.25;          // -f
-  uint32_t hashpower = 16;              // -o hashpower=N: the index holds 2^N items before its first resize
+  uint32_t hashpower = 0;               // -o hashpower=N: the index holds 2^N items before its first resize (0: main.cpp's default)
   bool force_flush = false;             // --force-flush
   SnapshotOptions snapshots;            // --snapshot FILE, --snapshot-every-seconds/-batches, --snapshot-mode
 };
