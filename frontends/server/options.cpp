@@ -88,7 +88,7 @@ Options parse_options(int argc, char** argv) {
   app.add_option("-f,--slab-growth-factor", o.growth_factor, "chunk size growth factor (default 1.25)")->check(CLI::Range(1.01, 4.0));
   std::vector<std::string> extended;
   app.add_option("-o,--extended", extended, "memcached's extended options, comma separated; supported: hashpower=N (the index "
-                                            "holds 2^N items before it first grows; default 16 with the CPU index)")
+                                            "holds 2^N items before it first grows; default: the items -m holds at 256 bytes)")
       ->delimiter(',');
   app.add_flag("--force-flush", o.force_flush, "persist with cache-line flushes (persistent memory)");
   std::string snapshot_mode = "600";

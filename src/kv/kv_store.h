@@ -49,10 +49,8 @@ struct KvConfig {
   double growth_factor = 1.25;
   EngineKind engine = EngineKind::kCpu;
   int index_threads = 1;  // CPU engine threads for index batches
-  // Items the index holds before its first resize; it doubles as they grow. memcached's hash table
-  // starts at 2^16 buckets in the same way. An index sized for all the items -m could hold spread a
-  // small working set over a table far larger than the CPU's caches: every probe then missed
-  // (bench/results/2026-12-01-grow-ahead-lru-interval).
+  // Items the index holds before its first resize; it doubles as they grow (the server sets it from
+  // -m, or from -o hashpower as memcached sizes its hash table).
   uint64_t index_capacity = uint64_t{1} << 16;
   // Shard the index over several pools and GPUs (OpenOptions::shards): entry k is shard k's GPU.
   // Store mode: the index pools are NAME.index.shard<k>. Empty: one index.
