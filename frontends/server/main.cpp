@@ -128,7 +128,7 @@ std::vector<kv::KvConfig> partition_configs(const Options& o) {
   // The index starts with room for every item -m holds at 256 bytes, and grows past that;
   // -o hashpower sets another start, as memcached's. Started at 2^16 items (memcached's default),
   // the CPU index cost 7-10% of the server's CPU a request less on the 2-core VM but served 8% fewer
-  // 32-byte gets on the H200 machine's 16 cores, five runs of five, and 4% fewer 512-byte ones
+  // 32-byte gets on the H200 machine's 16 cores (in all five runs) and 4% fewer 512-byte ones
   // (bench/results/2026-12-01-gpu-trap-server-index); the GPU index measured alike either way.
   const uint64_t start = o.hashpower ? uint64_t{1} << o.hashpower : (o.memory_mb << 20) / 256;
   config.index_capacity = std::max<uint64_t>(start / static_cast<uint64_t>(n), 4096);
