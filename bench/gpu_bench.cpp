@@ -368,14 +368,18 @@ json section_cache(uint64_t records, const std::vector<uint32_t>& value_widths, 
   };
   auto row = [&](const char* config, uint32_t vw, size_t batch, const char* dist, const cli::RunResult& r) {
     say(fmt::format("cache: v{:<4} {:<14} batch 2^{:<2} {:<8} {:<5} {:>7.1f} M/s device {:>7.1f} M/s end to end  "
-                    "hit {:>5.1f}%  GPU {:>6.0f} MB  not found {} bad {}",
+                    "hit {:>5.1f}%  GPU {:>6.0f} MB  beside loading {:>7.1f} against {:>7.1f}  not found {} bad {}",
                     vw, config, std::countr_zero(batch), dist, r.workload, r.device_ops_per_second() / 1e6,
                     r.ops_per_second() / 1e6, r.cache_hit_rate < 0 ? 0 : 100 * r.cache_hit_rate, r.cache_gpu_bytes / 1e6,
-                    r.not_found, r.bad_values));
+                    r.loading_device_ops_per_second() / 1e6, r.steady_device_ops_per_second() / 1e6, r.not_found,
+                    r.bad_values));
     rows.push_back({{"config", config}, {"value_width", vw}, {"batch", batch}, {"distribution", dist},
                     {"workload", r.workload}, {"device_mops", r.device_ops_per_second() / 1e6},
                     {"end_to_end_mops", r.ops_per_second() / 1e6}, {"hit_rate", r.cache_hit_rate},
-                    {"cache_gpu_bytes", r.cache_gpu_bytes}, {"resizes", r.resizes}, {"not_found", r.not_found},
+                    {"cache_gpu_bytes", r.cache_gpu_bytes}, {"loading_operations", r.loading_operations},
+                    {"loading_device_mops", r.loading_device_ops_per_second() / 1e6},
+                    {"steady_device_mops", r.steady_device_ops_per_second() / 1e6}, {"resizes", r.resizes},
+                    {"not_found", r.not_found},
                     {"bad_values", r.bad_values}});
   };
   for (uint32_t vw : value_widths) {
@@ -677,6 +681,13 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
     double tx = 0, rx = 0;
     const bool counted = pcie.stop(&tx, &rx);
     records_now = t.size();
+    if (r.loading_operations) {
+      const double beside = r.loading_device_ops_per_second(), others = r.steady_device_ops_per_second();
+      say(fmt::format("gpu-batches ({}): {:<16} beside loading phases: {} ops, {:.2f} M/s device; {}", name, r.workload,
+                      r.loading_operations, beside / 1e6,
+                      others > 0 ? fmt::format("{:.2f} for the other batches ({:.0f}%)", others / 1e6, 100 * beside / others)
+                                 : std::string("every batch ran beside one")));
+    }
     say(fmt::format("gpu-batches ({}): {:<16} {:>7.2f} M/s{}; not found {}, bad values {}, failed writes {}, absent "
                     "found {}",
                     name, r.workload, r.ops_per_second() / 1e6,
@@ -702,6 +713,9 @@ json section_gpu_batches(const GpuBatchesSpec& g) {
                 {"resizes", r.resizes},
                 {"cache_hit_rate", r.cache_hit_rate >= 0 ? json(r.cache_hit_rate) : json()},
                 {"cache_gpu_bytes", r.cache_gpu_bytes},
+                {"loading_operations", r.loading_operations},
+                {"loading_device_ops_per_second", r.loading_device_ops_per_second()},
+                {"steady_device_ops_per_second", r.steady_device_ops_per_second()},
                 {"timeline", timeline_json(r)}};
     if (counted) {  // NVML's sampled link counters, less the benchmark's own staging copies
       const double ops = static_cast<double>(r.operations);

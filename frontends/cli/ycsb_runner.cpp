@@ -16,6 +16,15 @@ double RunResult::batch_percentile(double q) const {
   return v[k];
 }
 
+double RunResult::loading_device_ops_per_second() const {
+  return loading_device_seconds > 0 ? static_cast<double>(loading_operations) / loading_device_seconds : 0;
+}
+
+double RunResult::steady_device_ops_per_second() const {
+  const double s = device_seconds - loading_device_seconds;
+  return s > 0 ? static_cast<double>(operations - loading_operations) / s : 0;
+}
+
 RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const RunOptions& options) {
   using Clock = std::chrono::steady_clock;
   const auto wall0 = Clock::now();
@@ -87,6 +96,10 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
     r.slow_seconds += after.last_slow_seconds;
     r.operations += got;
     r.table_ops += n;
+    if (after.last_batch_cache_loading) {
+      r.loading_operations += got;
+      r.loading_device_seconds += after.last_batch_device_seconds;
+    }
     r.timeline.push_back({r.operations, r.seconds, after.load_factor, after.cache_lookups - previous.cache_lookups,
                           after.cache_hits - previous.cache_hits});
     previous = after;

@@ -56,12 +56,19 @@ struct RunResult {
     uint64_t cache_lookups = 0, cache_hits = 0;
   };
   std::vector<Sample> timeline;
+  // BktCache: the batches that ran while a loading phase filled lines beside them or switched to
+  // them (TableInfo::last_batch_cache_loading): their operations and device seconds.
+  uint64_t loading_operations = 0;
+  double loading_device_seconds = 0;
 
   double ops_per_second() const { return seconds > 0 ? static_cast<double>(operations) / seconds : 0; }
   double device_ops_per_second() const {
     return device_seconds > 0 ? static_cast<double>(operations) / device_seconds : 0;
   }
   double batch_percentile(double q) const;
+  // Device-time rates of the batches beside a loading phase and of the others (0 if none).
+  double loading_device_ops_per_second() const;
+  double steady_device_ops_per_second() const;
 };
 
 RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const RunOptions& options);

@@ -69,6 +69,9 @@ struct TableInfo {
   // cache holds, and since open: operations on existing keys, those served from a cached bucket,
   // loading phases completed.
   uint64_t cache_lines = 0, cache_gpu_bytes = 0, cache_lookups = 0, cache_hits = 0, cache_phases = 0;
+  // The last batch ran while a loading phase filled lines beside it, or switched to the lines a
+  // phase loaded (copying the buckets written meanwhile): what issue 17 compares with the steady state.
+  bool last_batch_cache_loading = false;
   double cache_hit_rate() const { return cache_lookups ? static_cast<double>(cache_hits) / static_cast<double>(cache_lookups) : 0; }
   // From the header (also filled by inspect()).
   bool clean_shutdown = true;

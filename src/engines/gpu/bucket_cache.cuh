@@ -226,6 +226,7 @@ class BucketCache {
   // At the start of a batch of `n` operations on `stream`: switches to freshly loaded lines, or
   // starts a loading phase, and hands kernels the current view (dt.writes.cache).
   void before_batch(T& dt, uint64_t n, cudaStream_t stream) {
+    batch_in_phase_ = false;
     if (!enabled_) return;
     if (!ensure_memory(dt, stream)) {
       // ensure_memory released the lines (the table grew and no line, or no GPU memory, is left
@@ -241,9 +242,11 @@ class BucketCache {
       current_ = staging_;
       loading_ = false;
       ++phases_;
+      batch_in_phase_ = true;  // the switch's copies are the phase's cost
     } else if (!loading_ && !(complete_ && current_ >= 0) && since_phase_ >= std::max<uint64_t>(options_.reload_operations, 1)) {
       start_phase(dt, stream);
     }
+    batch_in_phase_ |= loading_;
     since_phase_ += n;
     ++epoch_;
     dt.writes.cache = view(dt, current_, loading_);
@@ -268,6 +271,7 @@ class BucketCache {
     s.cache_hits = c.hits;
     s.cache_lookups = c.lookups;
     s.cache_phases = phases_;
+    s.last_batch_cache_loading = batch_in_phase_;
   }
 
  private:
@@ -415,6 +419,7 @@ class BucketCache {
   std::unique_ptr<Event> loaded_, phase_start_;
   int current_ = -1, staging_ = 0;
   bool loading_ = false;
+  bool batch_in_phase_ = false;  // the last batch ran beside a phase or switched to its lines
   uint64_t since_phase_ = 0, phases_ = 0;
   uint32_t epoch_ = 0;
 };
