@@ -6,6 +6,7 @@
 // Skipped where no GPU is present (the property tests of gpu_engine_test also run cached variants).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -305,6 +306,76 @@ TEST(BucketCache, StaysWithinItsGpuMemoryBudget) {
   EXPECT_LE(info.cache_gpu_bytes, o.cache.gpu_bytes);
   EXPECT_GT(info.cache_phases, 0u);
   EXPECT_LT(info.cache_lines * 8, info.slots);
+}
+
+// One batch of `op` on 8-byte keys (values: the keys), every status `want`.
+void run_keys(Table& t, Op op, const std::vector<uint64_t>& keys, OpStatus want) {
+  std::vector<Op> ops(keys.size(), op);
+  std::vector<uint64_t> out(keys.size());
+  std::vector<OpStatus> status(keys.size());
+  Batch b;
+  b.size = keys.size();
+  b.key_width = 8;
+  b.value_width = 8;
+  b.ops = ops.data();
+  b.keys = keys.data();
+  b.values = keys.data();
+  b.values_out = out.data();
+  b.status = status.data();
+  t.execute(b);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_EQ(status[i], want) << i;
+    if (op == Op::kSearch) {
+      ASSERT_EQ(out[i], keys[i]) << i;
+    }
+  }
+}
+
+// LFU keeps the buckets it caches until something clearly hotter comes (kKeepBonus). Reads of 100
+// hot keys and of keys read once each (new ones every phase, one in four sampled) fill the lines
+// beyond the hot buckets with one-offs; replacing them by the next phase's one-offs would read
+// nearly every line from host memory again, for no hit. A new hot set still takes lines at once.
+TEST(BucketCache, LfuKeepsItsLinesUntilSomethingHotterComes) {
+  REQUIRE_GPU();
+  TempPool pool("keep");
+  const size_t batch = 8192, universe = 200'000;
+  OpenOptions o = cached(CachePolicy::kLfu, 2 * batch);  // a phase every two batches
+  o.cache.fraction = 0.02;                               // ~2,000 lines: far fewer than the one-offs
+  Table t = Table::create(pool.path(), {8, 8, {2, 2, 8}, 400'000, 5}, o);
+  std::vector<uint64_t> keys(universe);
+  for (size_t i = 0; i < universe; ++i) keys[i] = 0x9e3779b97f4a7c15ull * (i + 1);
+  for (size_t at = 0; at < universe; at += batch)
+    ASSERT_NO_FATAL_FAILURE(run_keys(t, Op::kInsert, {keys.begin() + at, keys.begin() + std::min(universe, at + batch)},
+                                     OpStatus::kOk));
+  std::mt19937_64 rng(3);
+  size_t next_one_off = 1000;
+  auto mixed_batch = [&](size_t hot_first) {
+    std::vector<uint64_t> b;
+    for (size_t i = 0; i < batch / 2; ++i) b.push_back(keys[hot_first + rng() % 100]);
+    for (size_t i = 0; i < batch / 2; ++i) b.push_back(keys[next_one_off++]);
+    std::shuffle(b.begin(), b.end(), rng);  // sampling goes by position in the batch
+    return b;
+  };
+  TableInfo settled{};
+  for (int round = 0; round < 40; ++round) {
+    if (round == 10) settled = t.info();
+    ASSERT_NO_FATAL_FAILURE(run_keys(t, Op::kSearch, mixed_batch(0), OpStatus::kOk));
+  }
+  const TableInfo info = t.info();
+  ASSERT_GT(info.cache_lines, 1000u);
+  const uint64_t phases = info.cache_phases - settled.cache_phases, loaded = info.cache_lines_loaded - settled.cache_lines_loaded;
+  ASSERT_GE(phases, 10u);
+  // Without the bonus nearly every line beyond the 100 hot buckets is loaded again each phase.
+  EXPECT_LT(loaded, phases * info.cache_lines / 10) << loaded << " lines loaded in " << phases << " phases of "
+                                                     << info.cache_lines << " lines";
+  // A new hot set (keys 500..599): its buckets outscore the kept one-offs within a phase or two.
+  for (int round = 0; round < 6; ++round) ASSERT_NO_FATAL_FAILURE(run_keys(t, Op::kSearch, mixed_batch(500), OpStatus::kOk));
+  const TableInfo before = t.info();
+  std::vector<uint64_t> hot(keys.begin() + 500, keys.begin() + 600);
+  ASSERT_NO_FATAL_FAILURE(run_keys(t, Op::kSearch, hot, OpStatus::kOk));
+  const TableInfo after = t.info();
+  EXPECT_GE(after.cache_lookups - before.cache_lookups, 90u);
+  EXPECT_GE(after.cache_hits - before.cache_hits, 90u) << " of " << after.cache_lookups - before.cache_lookups;
 }
 
 TEST(BucketCache, ABudgetThatHoldsEveryBucketMakesTheCacheComplete) {

@@ -150,7 +150,8 @@ nlohmann::json to_json(const RunResult& r) {
           {"kernel_seconds", r.kernel_seconds},
           {"slow_seconds", r.slow_seconds},
           {"cache_hit_rate", r.cache_hit_rate >= 0 ? nlohmann::json(r.cache_hit_rate) : nlohmann::json()},
-          {"cache_gpu_bytes", r.cache_gpu_bytes}};
+          {"cache_gpu_bytes", r.cache_gpu_bytes},
+          {"cache_lines_loaded", r.cache_lines_loaded}};
 }
 
 void print_info(const TableInfo& i) {
@@ -200,8 +201,8 @@ void print_results(const std::vector<RunResult>& results) {
                r.resizes);
   for (const RunResult& r : results)
     if (r.cache_hit_rate >= 0)
-      fmt::print("{:<9}BktCache hit rate {:.1f}% ({} of GPU memory)\n", r.workload, 100 * r.cache_hit_rate,
-                 bytes(r.cache_gpu_bytes));
+      fmt::print("{:<9}BktCache hit rate {:.1f}% ({} of GPU memory, {} lines loaded from the pool)\n", r.workload,
+                 100 * r.cache_hit_rate, bytes(r.cache_gpu_bytes), r.cache_lines_loaded);
   for (const RunResult& r : results)
     if (r.bad_values || r.failed_writes || r.found_absent)
       fmt::print("warning: {}: {} values failed their self-check, {} writes failed, {} absent keys found\n", r.workload,

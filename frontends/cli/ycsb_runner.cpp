@@ -131,6 +131,7 @@ RunResult run_workload(Table& table, const workload::WorkloadSpec& spec, const R
     const uint64_t lookups = info.cache_lookups - before.cache_lookups;
     r.cache_hit_rate = lookups ? static_cast<double>(info.cache_hits - before.cache_hits) / static_cast<double>(lookups) : 0;
     r.cache_gpu_bytes = info.cache_gpu_bytes;
+    r.cache_lines_loaded = info.cache_lines_loaded - before.cache_lines_loaded;
   }
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - wall0).count();
   return r;

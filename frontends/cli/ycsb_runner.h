@@ -47,6 +47,7 @@ struct RunResult {
   // them, during this run (-1: no cache); the GPU memory the cache held at the end.
   double cache_hit_rate = -1;
   uint64_t cache_gpu_bytes = 0;
+  uint64_t cache_lines_loaded = 0;  // lines the cache's phases read from host memory during the run
   // After each batch: operations so far, batch-call seconds so far, the table's load factor, and
   // the cache's lookups and hits in that batch (the evaluation's load factor during LOAD and
   // throughput while the cache loads).

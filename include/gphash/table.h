@@ -67,8 +67,10 @@ struct TableInfo {
   double recovery_seconds = 0;  // the recovery steps of the last open (0 if the pool was clean)
   // GPU engine, BktCache (OpenOptions::cache): buckets cached in GPU memory now, the GPU memory the
   // cache holds, and since open: operations on existing keys, those served from a cached bucket,
-  // loading phases completed.
+  // loading phases completed, and the lines they read from host memory (a bucket that stays cached
+  // from one phase to the next keeps its line and is not read again).
   uint64_t cache_lines = 0, cache_gpu_bytes = 0, cache_lookups = 0, cache_hits = 0, cache_phases = 0;
+  uint64_t cache_lines_loaded = 0;
   // The last batch ran while a loading phase filled lines beside it, or switched to the lines a
   // phase loaded (copying the buckets written meanwhile): what issue 17 compares with the steady state.
   bool last_batch_cache_loading = false;

@@ -115,7 +115,8 @@ class Table:
         host-placed table (GPU engine). ``cache_bytes`` is a GPU-memory budget the cache sizes
         itself within: a complete copy of the table if it fits, which serves every operation on an
         existing key from GPU memory; without a budget, ``cache_fraction`` of the buckets (1:
-        complete). ``info()`` reports ``cache_hits`` of ``cache_lookups``."""
+        complete). ``info()`` reports ``cache_hits`` of ``cache_lookups`` and the lines loading
+        phases read from host memory, ``cache_lines_loaded``."""
         return cls(_gphash.Table.create(pool, key_width, value_width, capacity, shape, hash_seed,
                                         engine, placement, replace, threads, list(shards or []),
                                         cache, cache_fraction, cache_bytes))

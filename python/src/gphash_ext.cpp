@@ -193,6 +193,7 @@ struct PyTable {
     d["cache_lookups"] = i.cache_lookups;
     d["cache_hits"] = i.cache_hits;
     d["cache_phases"] = i.cache_phases;
+    d["cache_lines_loaded"] = i.cache_lines_loaded;
     d["last_batch_cache_loading"] = i.last_batch_cache_loading;
     return d;
   }

@@ -38,6 +38,7 @@ struct EngineStats {
   // GPU engine, BktCache: lines cached now, the GPU memory the cache holds, operations on existing
   // keys served from a cached bucket out of all of them, loading phases completed.
   uint64_t cache_lines = 0, cache_gpu_bytes = 0, cache_hits = 0, cache_lookups = 0, cache_phases = 0;
+  uint64_t cache_lines_loaded = 0;
   bool last_batch_cache_loading = false;  // the last batch ran beside a loading phase (TableInfo)
 };
 

@@ -511,6 +511,7 @@ TableInfo ShardSet::info() {
     i.cache_lookups += s.cache_lookups;
     i.cache_hits += s.cache_hits;
     i.cache_phases += s.cache_phases;
+    i.cache_lines_loaded += s.cache_lines_loaded;
     i.last_batch_cache_loading |= s.last_batch_cache_loading;
     i.clean_shutdown &= s.clean_shutdown;
     i.in_use |= s.in_use;

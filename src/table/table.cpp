@@ -552,6 +552,7 @@ TableInfo Table::info() const {
   i.cache_lookups = s.cache_lookups;
   i.cache_hits = s.cache_hits;
   i.cache_phases = s.cache_phases;
+  i.cache_lines_loaded = s.cache_lines_loaded;
   i.last_batch_cache_loading = s.last_batch_cache_loading;
   set_writes(i, pool.header(), snapshot::pool_writes(pool));
   i.snapshot_path = impl_->options.snapshots.path;

@@ -1,21 +1,25 @@
 // BktCache's loading phases and its host side (the lines themselves: bucket_cache_view.cuh).
 //
-// Two sets of lines: kernels read and write the current one while a loading phase fills the other
-// on the cache's own stream, concurrently with batches; nothing that readers use is ever replaced
-// in place. A phase, all on the device (the host never waits for it):
+// Two sets of members (bucket id -> line, and the list of ids) over one array of 2K lines for K
+// members: kernels read and write the current set while a loading phase builds the other on the
+// cache's own stream, concurrently with batches. A bucket in both sets keeps its line (batches keep
+// it current, and it is never copied); a new member gets a line the current set does not use, so
+// nothing that readers use is ever replaced in place. A phase, all on the device (the host never
+// waits for it):
 //   score      each bucket's score from the access statistics (LFU: sampled counts, halved every
-//              phase; LRU: the epoch of the last sampled access; random: a hash, among buckets
-//              accessed since the last phase);
+//              phase, plus kKeepBonus for a bucket cached now; LRU: the epoch of the last sampled
+//              access, ties to the bucket cached now; random: a hash, among buckets accessed since
+//              the last phase);
 //   select     the K best scores by a two-pass radix select over the scores' high and low 16 bits;
-//   fill       a warp per line: a bucket cached now is copied from its current line (GPU memory),
-//              a new one from the pool with its slots' heap values (verified against their
-//              checksums when the pool keeps them). One block per SM: the fill is bound by its
-//              host reads, and with a block per 8 lines it took the SMs from the batches beside
-//              it (H200, YCSB B with LFU 20%: 97 -> 123 M ops/s with the narrow fill).
+//   free       the lines the current set does not use;
+//   fill       each new member takes a free line, which a warp fills from the pool with the bucket
+//              and its slots' heap values (verified against their checksums when the pool keeps
+//              them). One block per SM: the fill is bound by its host reads, and with a block per
+//              8 lines it took the SMs from the batches beside it (H200, YCSB B with LFU 20%: 97 ->
+//              123 M ops/s with the narrow fill).
 // The switch comes at the start of the first batch after the phase is done, in that batch's
-// stream: buckets written since the phase began (the `written` bits) are copied again, from their
-// current line if they have one, else from the pool; then kernels use the new lines. A resize
-// drops everything (bucket ids change).
+// stream: new members written since the phase began (the `written` bits) are filled again from
+// the pool; then kernels use the new set. A resize drops everything (bucket ids change).
 // A complete cache (fraction 1, or a budget that holds it) has a line for every bucket:
 // one set of lines, one phase that takes every bucket (no scores), then no more phases and no
 // statistics, since membership cannot change; every write keeps its line current, so after the
@@ -42,8 +46,12 @@ struct CacheSelection {
   uint32_t threshold;    // pass 2: the K-th best score
   uint32_t need_equal;   // ... and how many lines go to buckets with exactly that score
   uint32_t equal_taken;
-  uint32_t lines;        // lines chosen
+  uint32_t lines;        // members chosen
+  uint32_t free_lines;   // lines the current set does not use, listed for the new members
+  uint32_t free_taken;
 };
+
+inline constexpr int32_t kNewMember = -2;  // index entry of a chosen bucket that has no line yet
 
 __device__ __forceinline__ uint32_t mix32(uint64_t x) {
   x ^= x >> 33;
@@ -52,18 +60,52 @@ __device__ __forceinline__ uint32_t mix32(uint64_t x) {
   return static_cast<uint32_t>(x);
 }
 
-__global__ inline void cache_score_kernel(uint32_t* stats, uint64_t ids, uint8_t policy, uint32_t salt, uint32_t* scores,
-                                   uint32_t* hist) {
-  for (uint64_t id = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < ids; id += uint64_t{gridDim.x} * blockDim.x) {
-    uint32_t s = stats[id];
-    if (policy == static_cast<uint8_t>(CachePolicyCode::kLfu)) {
-      stats[id] = s >> 1;  // aging: what was hot long ago fades
-    } else if (policy == static_cast<uint8_t>(CachePolicyCode::kRandom)) {
-      stats[id] = 0;
-      s = s ? (mix32(id * 0x9e3779b97f4a7c15ull + salt) | 1u) : 0;
+// The phase's kernels count hundreds of thousands of buckets into a few counters: LFU's and LRU's
+// scores fall in a handful of histogram bins, and every chosen bucket and free line takes the next
+// entry of one list. With one atomic per lane on one address the batches beside a phase ran at
+// 36-40% of the others' rate at 2^16 whether the fill read 114 K or 1.8 M lines from the pool
+// (H200, YCSB C, 16.8 M items, LFU 20%), so a warp makes one atomic per counter it touches.
+// Callers run every lane of the warp (loops over warp-aligned ranges).
+__device__ __forceinline__ uint32_t warp_claim(uint32_t* counter, bool want) {  // want: this lane's entry
+  const unsigned ballot = __ballot_sync(~0u, want);
+  const int lane = threadIdx.x & 31, leader = ballot ? __ffs(ballot) - 1 : 0;
+  uint32_t base = 0;
+  if (ballot && lane == leader) base = atomicAdd(counter, static_cast<uint32_t>(__popc(ballot)));
+  return __shfl_sync(~0u, base, leader) + __popc(ballot & ((1u << lane) - 1));
+}
+__device__ __forceinline__ void warp_count(uint32_t* hist, uint32_t bin, bool want) {
+  const unsigned ballot = __ballot_sync(~0u, want);
+  if (!want) return;
+  const unsigned peers = __match_any_sync(ballot, bin);
+  if (static_cast<int>(threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
+}
+// The first index of this warp's lanes in a grid-stride loop, and the stride (both warp-uniform).
+__device__ __forceinline__ uint64_t warp_base() { return uint64_t{blockIdx.x} * blockDim.x + (threadIdx.x & ~31u); }
+__device__ __forceinline__ uint64_t grid_stride() { return uint64_t{gridDim.x} * blockDim.x; }
+
+// `cached`: the current set's index (null before the first phase): its members keep their lines
+// unless clearly beaten (kKeepBonus).
+__global__ inline void cache_score_kernel(uint32_t* stats, uint64_t ids, uint8_t policy, uint32_t salt, const int32_t* cached,
+                                          uint32_t* scores, uint32_t* hist) {
+  constexpr uint32_t keep_bonus = BucketCacheView::kKeepBonus;
+  for (uint64_t base = warp_base(); base < ids; base += grid_stride()) {
+    const uint64_t id = base + (threadIdx.x & 31);
+    uint32_t s = 0;
+    if (id < ids) {
+      s = stats[id];
+      const bool member = cached && cached[id] >= 0;
+      if (policy == static_cast<uint8_t>(CachePolicyCode::kLfu)) {
+        stats[id] = s >> 1;  // aging: what was hot long ago fades
+        if (member) s = s > ~0u - keep_bonus ? ~0u : s + keep_bonus;
+      } else if (policy == static_cast<uint8_t>(CachePolicyCode::kLru)) {
+        if (s) s = (s < 0x7FFFFFFFu ? s : 0x7FFFFFFFu) << 1 | member;
+      } else if (policy == static_cast<uint8_t>(CachePolicyCode::kRandom)) {
+        stats[id] = 0;
+        s = s ? (mix32(id * 0x9e3779b97f4a7c15ull + salt) | 1u) : 0;
+      }
+      scores[id] = s;
     }
-    scores[id] = s;
-    if (s) atomicAdd(&hist[s >> 16], 1u);
+    warp_count(hist, s >> 16, s != 0);
   }
 }
 
@@ -104,51 +146,59 @@ __global__ inline void __launch_bounds__(1024) cache_threshold_kernel(const uint
 
 __global__ inline void cache_hist_low_kernel(const uint32_t* scores, uint64_t ids, const CacheSelection* sel, uint32_t* hist) {
   if (sel->all) return;
-  for (uint64_t id = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < ids; id += uint64_t{gridDim.x} * blockDim.x) {
-    const uint32_t s = scores[id];
-    if (s && (s >> 16) == sel->hi_bin) atomicAdd(&hist[s & 0xFFFF], 1u);
+  for (uint64_t base = warp_base(); base < ids; base += grid_stride()) {
+    const uint64_t id = base + (threadIdx.x & 31);
+    const uint32_t s = id < ids ? scores[id] : 0;
+    warp_count(hist, s & 0xFFFF, s && (s >> 16) == sel->hi_bin);
   }
 }
 
-__global__ inline void cache_select_kernel(const uint32_t* scores, uint64_t ids, CacheSelection* sel, int32_t* index,
-                                    uint32_t* line_ids) {
-  for (uint64_t id = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < ids; id += uint64_t{gridDim.x} * blockDim.x) {
-    const uint32_t s = scores[id];
+// The new set's index: a member of the current set keeps its line, a new member is marked
+// kNewMember (the fill gives it a free line); `members` lists the chosen ids.
+__global__ inline void cache_select_kernel(const uint32_t* scores, uint64_t ids, CacheSelection* sel, const int32_t* cached,
+                                           int32_t* index, uint32_t* members) {
+  for (uint64_t base = warp_base(); base < ids; base += grid_stride()) {
+    const uint64_t id = base + (threadIdx.x & 31);
+    const uint32_t s = id < ids ? scores[id] : 0;
     bool take = s && (sel->all || s > sel->threshold);
-    if (s && !take && s == sel->threshold) take = atomicAdd(&sel->equal_taken, 1u) < sel->need_equal;
-    int32_t line = -1;
-    if (take) {
-      line = static_cast<int32_t>(atomicAdd(&sel->lines, 1u));
-      line_ids[line] = static_cast<uint32_t>(id);
-    }
-    index[id] = line;
+    const bool tie = s && !take && s == sel->threshold;
+    const uint32_t rank = warp_claim(&sel->equal_taken, tie);
+    if (tie) take = rank < sel->need_equal;
+    const uint32_t entry = warp_claim(&sel->lines, take);
+    if (take) members[entry] = static_cast<uint32_t>(id);
+    if (id < ids) index[id] = !take ? -1 : cached && cached[id] >= 0 ? cached[id] : kNewMember;
+  }
+}
+
+// The lines of the pool's array that the current set's index does not use (`used`: zeroed, a byte
+// per line), listed in `free_list`.
+__global__ inline void cache_mark_used_kernel(const int32_t* cached, uint64_t ids, uint8_t* used) {
+  for (uint64_t id = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < ids; id += uint64_t{gridDim.x} * blockDim.x)
+    if (cached[id] >= 0) used[cached[id]] = 1;
+}
+__global__ inline void cache_list_free_kernel(const uint8_t* used, uint32_t lines, CacheSelection* sel, uint32_t* free_list) {
+  for (uint64_t base = warp_base(); base < lines; base += grid_stride()) {
+    const uint32_t l = static_cast<uint32_t>(base + (threadIdx.x & 31));
+    const bool free = l < lines && !used[l];
+    const uint32_t entry = warp_claim(&sel->free_lines, free);
+    if (free) free_list[entry] = l;
   }
 }
 
 // A complete cache's selection: bucket id k is line k.
-__global__ inline void cache_take_all_kernel(uint64_t ids, CacheSelection* sel, int32_t* index, uint32_t* line_ids) {
+__global__ inline void cache_take_all_kernel(uint64_t ids, CacheSelection* sel, int32_t* index, uint32_t* members) {
   for (uint64_t id = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; id < ids; id += uint64_t{gridDim.x} * blockDim.x) {
     index[id] = static_cast<int32_t>(id);
-    line_ids[id] = static_cast<uint32_t>(id);
+    members[id] = static_cast<uint32_t>(id);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) sel->all = 1, sel->lines = static_cast<uint32_t>(ids);
 }
 
-// A warp fills line `line` of `to` with bucket `id`: from its line in `from` if it has one, else
-// from the pool (bucket bytes, then the slots' heap values).
+// A warp fills line `line` of `to` with bucket `id` from the pool: the bucket's bytes, then its
+// slots' heap values.
 template <class T>
-__device__ void fill_line(const T& t, const BucketCacheView& to, int32_t line, uint64_t id, const BucketCacheView& from,
-                          int lane) {
+__device__ void fill_line(const T& t, const BucketCacheView& to, int32_t line, uint64_t id, int lane) {
   std::byte* dst = to.line(line);
-  if (from.index) {
-    const int32_t old = from.index[id];
-    if (old >= 0) {
-      const std::byte* src = from.line(old);
-      for (uint32_t k = lane * 16; k < to.line_bytes; k += 32 * 16)
-        *reinterpret_cast<uint4*>(dst + k) = __ldcg(reinterpret_cast<const uint4*>(src + k));
-      return;
-    }
-  }
   uint32_t level;
   uint64_t b;
   to.bucket_of(id, &level, &b);
@@ -180,31 +230,49 @@ __device__ void fill_line(const T& t, const BucketCacheView& to, int32_t line, u
   to.value_refs(dst)[lane] = ref;
 }
 
+// Members in groups of 32, a lane each: a new member takes a free line; then the warp fills, one
+// after the other, the lines of those that need it: every new member (`index` says kNewMember)
+// during a phase; at the switch (`written` set), the new members written since it began.
 template <class T>
-__global__ void __launch_bounds__(256) cache_fill_kernel(const __grid_constant__ T t, const __grid_constant__ BucketCacheView to,
-                                                         const __grid_constant__ BucketCacheView from,
-                                                         const uint32_t* line_ids, const CacheSelection* sel,
-                                                         uint32_t max_lines) {
+__device__ void fill_members(const T& t, const BucketCacheView& to, int32_t* index, const int32_t* cached,
+                             const uint32_t* members, CacheSelection* sel, const uint32_t* free_list, const uint32_t* written,
+                             uint32_t max_members) {
   const int lane = threadIdx.x & 31;
-  const uint32_t warps = gridDim.x * blockDim.x / 32;
-  for (uint32_t line = (blockIdx.x * blockDim.x + threadIdx.x) / 32; line < max_lines && line < sel->lines; line += warps)
-    fill_line(t, to, static_cast<int32_t>(line), line_ids[line], from, lane);
+  const uint32_t n = min(max_members, sel->lines);
+  for (uint64_t base = warp_base(); base < n; base += grid_stride()) {
+    const uint32_t m = static_cast<uint32_t>(base + lane);
+    uint32_t id = 0;
+    int32_t line = -1;
+    if (m < n) id = members[m], line = index[id];
+    const bool fresh = line == kNewMember;
+    // Enough free lines: two a member, of which the current set uses at most one.
+    const uint32_t entry = warp_claim(&sel->free_taken, fresh);
+    if (fresh) index[id] = line = static_cast<int32_t>(free_list[entry]);
+    bool fill = m < n && !(cached && cached[id] == line);  // a member of both sets keeps its line, which writes keep
+    if (written) fill = fill && (written[id / 32] >> (id % 32) & 1);
+    unsigned todo = __ballot_sync(~0u, fill);
+    if (todo && lane == 0 && to.counters) atomicAdd(&to.counters->lines_loaded, static_cast<unsigned long long>(__popc(todo)));
+    for (; todo; todo &= todo - 1) {
+      const int k = __ffs(todo) - 1;
+      fill_line(t, to, __shfl_sync(~0u, line, k), __shfl_sync(~0u, id, k), lane);
+    }
+  }
 }
 
-// The switch: lines of buckets written since the phase began are copied again, from the current
-// set's line where the bucket has one (every write reached it after the pool, and no batch runs
-// now, so it equals the pool) and from the pool otherwise.
+template <class T>
+__global__ void __launch_bounds__(256) cache_fill_kernel(const __grid_constant__ T t, const __grid_constant__ BucketCacheView to,
+                                                         int32_t* index, const int32_t* cached, const uint32_t* members,
+                                                         CacheSelection* sel, const uint32_t* free_list, uint32_t max_members) {
+  fill_members(t, to, index, cached, members, sel, free_list, nullptr, max_members);
+}
+
+// The switch, in the batch's stream (no batch runs now): new members written since the phase began
+// are filled again from the pool.
 template <class T>
 __global__ void __launch_bounds__(256) cache_fixup_kernel(const __grid_constant__ T t, const __grid_constant__ BucketCacheView to,
-                                                          const __grid_constant__ BucketCacheView from,
-                                                          const uint32_t* written, const uint32_t* line_ids,
-                                                          const CacheSelection* sel, uint32_t max_lines) {
-  const int lane = threadIdx.x & 31;
-  const uint32_t warps = gridDim.x * blockDim.x / 32;
-  for (uint32_t line = (blockIdx.x * blockDim.x + threadIdx.x) / 32; line < max_lines && line < sel->lines; line += warps) {
-    const uint32_t id = line_ids[line];
-    if (written[id / 32] >> (id % 32) & 1) fill_line(t, to, static_cast<int32_t>(line), id, from, lane);
-  }
+                                                          int32_t* index, const int32_t* cached, const uint32_t* written,
+                                                          const uint32_t* members, CacheSelection* sel, uint32_t max_members) {
+  fill_members(t, to, index, cached, members, sel, nullptr, written, max_members);
 }
 
 // The engine's cache: options, memory, the phase state machine. Methods run with the engine's lock
@@ -235,9 +303,9 @@ class BucketCache {
       return;
     }
     if (loading_ && cudaEventQuery(loaded_->get()) == cudaSuccess) {
-      const BucketCacheView next = view(dt, staging_, false);
-      cache_fixup_kernel<<<fill_blocks(), 256, 0, stream>>>(dt, next, view(dt, current_, false), written_.get(),
-                                                            line_ids_[staging_].get(), selection_.get(), lines_max_);
+      cache_fixup_kernel<<<fill_blocks(), 256, 0, stream>>>(dt, view(dt, staging_, false), index_[staging_].get(),
+                                                            current_index(), written_.get(), members_[staging_].get(),
+                                                            selection_.get(), lines_max_);
       GPHASH_CUDA(cudaGetLastError());
       current_ = staging_;
       loading_ = false;
@@ -271,13 +339,15 @@ class BucketCache {
     s.cache_hits = c.hits;
     s.cache_lookups = c.lookups;
     s.cache_phases = phases_;
+    s.cache_lines_loaded = c.lines_loaded;
     s.last_batch_cache_loading = batch_in_phase_;
   }
 
  private:
-  // Lines per set for the table's current size: the configured fraction of its buckets, or what
-  // the GPU-memory budget holds (both sets of lines, the index of each, the statistics and the
-  // scores). A complete cache needs one set and neither statistics nor scores.
+  // Members per set for the table's current size: the configured fraction of its buckets, or what
+  // the GPU-memory budget holds (two lines per member, the index and member list of each set, the
+  // statistics, the scores and the free-line lists). A complete cache needs one set, a line per
+  // member, and neither statistics, scores nor free lines.
   bool ensure_memory(const T& dt, cudaStream_t stream) {
     const uint64_t ids = format::level_buckets(dt.bottom) * ((1u << T::L) - 1);
     if (ids == ids_) return lines_max_ > 0;
@@ -293,7 +363,7 @@ class BucketCache {
     uint64_t lines;
     if (options_.gpu_bytes) {
       complete_ = ids <= (uint64_t{1} << 30) && options_.gpu_bytes >= ids * (4 + 4 + line_bytes_) + ids / 8;
-      lines = complete_ ? ids : options_.gpu_bytes > fixed ? (options_.gpu_bytes - fixed) / (2 * (line_bytes_ + 4)) : 0;
+      lines = complete_ ? ids : options_.gpu_bytes > fixed ? (options_.gpu_bytes - fixed) / (2 * (line_bytes_ + 4 + 5)) : 0;
     } else {
       complete_ = options_.fraction >= 1.0 && ids <= (uint64_t{1} << 30);
       lines = complete_ ? ids : static_cast<uint64_t>(options_.fraction * static_cast<double>(ids));
@@ -303,19 +373,20 @@ class BucketCache {
     // The first phase soon; a complete cache's at once (it is the only one).
     since_phase_ = std::max<uint64_t>(options_.reload_operations, 1) / (complete_ ? 1 : 2);
     const int sets = complete_ ? 1 : 2;
-    for (int k = 0; k < 2; ++k) index_[k].release(), line_ids_[k].release(), lines_[k].release();
-    stats_.release(), scores_.release();
+    release_lines();
     if (!lines_max_) return false;
     try {
       for (int k = 0; k < sets; ++k) {
         index_[k].resize(ids);
-        line_ids_[k].resize(lines_max_);
-        lines_[k].resize(size_t{lines_max_} * line_bytes_);
+        members_[k].resize(lines_max_);
       }
+      lines_.resize(size_t{lines_max_} * sets * line_bytes_);
       if (!complete_) {
         stats_.resize(ids);
         scores_.resize(ids);
         hist_.resize(2 * kScoreBins);
+        used_.resize(size_t{lines_max_} * sets);
+        free_list_.resize(size_t{lines_max_} * sets);
       }
       written_.resize((ids + 31) / 32);
       selection_.resize(1);
@@ -331,15 +402,20 @@ class BucketCache {
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kNoSpace) throw;
       enabled_ = false;  // too little GPU memory: run without a cache rather than fail the batch
-      for (int k = 0; k < 2; ++k) index_[k].release(), line_ids_[k].release(), lines_[k].release();
-      stats_.release(), scores_.release(), written_.release();
+      release_lines();
+      written_.release();
       return false;
     }
     if (!complete_) GPHASH_CUDA(cudaMemsetAsync(stats_.get(), 0, ids * 4, stream));  // in the batch's stream, before its kernels
     gpu_bytes_ = sets * (ids * 4 + uint64_t{lines_max_} * (line_bytes_ + 4)) + written_.size() * 4 +
-                 (complete_ ? 0 : ids * 8 + hist_.size() * 4);
+                 (complete_ ? 0 : ids * 8 + hist_.size() * 4 + uint64_t{lines_max_} * 2 * 5);
     return true;
   }
+  void release_lines() {
+    for (int k = 0; k < 2; ++k) index_[k].release(), members_[k].release();
+    lines_.release(), stats_.release(), scores_.release(), used_.release(), free_list_.release();
+  }
+  const int32_t* current_index() const { return current_ >= 0 ? index_[current_].get() : nullptr; }
 
   BucketCacheView view(const T& dt, int set, bool tracking) const {
     BucketCacheView v{};
@@ -354,7 +430,7 @@ class BucketCache {
     v.value_bytes = value_bytes_;
     v.line_bytes = line_bytes_;
     v.index = set >= 0 ? index_[set].get() : nullptr;
-    v.lines = set >= 0 ? lines_[set].get() : nullptr;
+    v.lines = set >= 0 ? lines_.get() : nullptr;
     v.written = tracking ? written_.get() : nullptr;
     v.stats = complete_ ? nullptr : stats_.get();
     v.counters = counters_.get();
@@ -370,8 +446,9 @@ class BucketCache {
     GPHASH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return std::min(static_cast<unsigned>(sms), fill_blocks());
   }
-  unsigned fill_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((uint64_t{lines_max_} + 7) / 8, 4096)); }
+  unsigned fill_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((uint64_t{lines_max_} + 255) / 256, 4096)); }
   unsigned id_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((ids_ + 255) / 256, 8192)); }
+  unsigned line_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((used_.size() + 255) / 256, 8192)); }
 
   void start_phase(const T& dt, cudaStream_t stream) {
     staging_ = current_ < 0 ? 0 : 1 - current_;
@@ -383,19 +460,25 @@ class BucketCache {
     GPHASH_CUDA(cudaMemsetAsync(selection_.get(), 0, sizeof(CacheSelection), load));
     if (complete_) {
       cache_take_all_kernel<<<id_blocks(), 256, 0, load>>>(ids_, selection_.get(), index_[staging_].get(),
-                                                           line_ids_[staging_].get());
+                                                           members_[staging_].get());
     } else {
       GPHASH_CUDA(cudaMemsetAsync(hist_.get(), 0, hist_.size() * 4, load));
       cache_score_kernel<<<id_blocks(), 256, 0, load>>>(stats_.get(), ids_, static_cast<uint8_t>(policy_),
-                                                        static_cast<uint32_t>(epoch_), scores_.get(), hist_.get());
+                                                        static_cast<uint32_t>(epoch_), current_index(), scores_.get(),
+                                                        hist_.get());
       cache_threshold_kernel<<<1, 1024, 0, load>>>(hist_.get(), lines_max_, selection_.get(), false);
       cache_hist_low_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), hist_.get() + kScoreBins);
       cache_threshold_kernel<<<1, 1024, 0, load>>>(hist_.get() + kScoreBins, 0, selection_.get(), true);
-      cache_select_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), index_[staging_].get(),
-                                                         line_ids_[staging_].get());
+      cache_select_kernel<<<id_blocks(), 256, 0, load>>>(scores_.get(), ids_, selection_.get(), current_index(),
+                                                         index_[staging_].get(), members_[staging_].get());
+      GPHASH_CUDA(cudaMemsetAsync(used_.get(), 0, used_.size(), load));
+      if (current_ >= 0) cache_mark_used_kernel<<<id_blocks(), 256, 0, load>>>(current_index(), ids_, used_.get());
+      cache_list_free_kernel<<<line_blocks(), 256, 0, load>>>(used_.get(), static_cast<uint32_t>(used_.size()),
+                                                              selection_.get(), free_list_.get());
     }
-    cache_fill_kernel<<<load_blocks(), 256, 0, load>>>(dt, view(dt, staging_, false), view(dt, current_, false),
-                                                       line_ids_[staging_].get(), selection_.get(), lines_max_);
+    cache_fill_kernel<<<load_blocks(), 256, 0, load>>>(dt, view(dt, staging_, false), index_[staging_].get(),
+                                                       current_index(), members_[staging_].get(), selection_.get(),
+                                                       free_list_.get(), lines_max_);
     GPHASH_CUDA(cudaGetLastError());
     GPHASH_CUDA(cudaEventRecord(loaded_->get(), load));
     loading_ = true;
@@ -409,10 +492,11 @@ class BucketCache {
   uint64_t ids_ = 0;
   uint32_t lines_max_ = 0, line_bytes_ = 0, value_bytes_ = 0;
   uint64_t gpu_bytes_ = 0;
-  DeviceBuffer<int32_t> index_[2];
-  DeviceBuffer<uint32_t> line_ids_[2];
-  DeviceBuffer<std::byte> lines_[2];
-  DeviceBuffer<uint32_t> stats_, scores_, written_, hist_;
+  DeviceBuffer<int32_t> index_[2];     // per set: bucket id -> line, or -1
+  DeviceBuffer<uint32_t> members_[2];  // per set: the ids it holds
+  DeviceBuffer<std::byte> lines_;      // lines for both sets (a complete cache: one set)
+  DeviceBuffer<uint32_t> stats_, scores_, written_, hist_, free_list_;
+  DeviceBuffer<uint8_t> used_;         // a phase's scratch: the lines the current set uses
   DeviceBuffer<CacheSelection> selection_;
   DeviceBuffer<CacheCounters> counters_;
   std::unique_ptr<Stream> load_stream_;
