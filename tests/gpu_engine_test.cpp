@@ -559,7 +559,9 @@ TEST(GpuEngine, FreedCellsComeBackWithoutSharingOrGrowth) {
     const size_t distinct = 6000, n = 8000;
     std::mt19937_64 rng(21);
     Model model;
-    Table t = Table::create(pool.path(), {kw, vw, {2, 2, 8}, 1 << 14, 9}, gpu(placement));
+    // 15,000 items: 24,576 slots and a heap of 16,384 cells (its first chunk: the capacity and a
+    // sixteenth, rounded up to a power of two), far fewer cells than the values written.
+    Table t = Table::create(pool.path(), {kw, vw, {2, 2, 8}, 15'000, 9}, gpu(placement));
     uint64_t heap_cells = 0, written = 0;  // values written: each took a cell
     for (int round = 0; round < 16; ++round) {
       if (round == 8) {
