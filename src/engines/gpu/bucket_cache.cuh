@@ -17,6 +17,11 @@
 //              them). One block per SM: the fill is bound by its host reads, and with a block per
 //              8 lines it took the SMs from the batches beside it (H200, YCSB B with LFU 20%: 97 ->
 //              123 M ops/s with the narrow fill).
+// The sweeps over every bucket id (score, select, free) run on a quarter of the SMs, for the same
+// reason: with a block per 256 ids (12 K blocks) they filled the GPU, and the 2^16-op batches
+// beside a phase ran at 57-59% of the others' rate; on 33 blocks (or 8, 16, 66) at 71-74%, and at
+// 2^20 C went 245 -> 265 M ops/s (H200, YCSB C, 16.8 M items, LFU 20%). Giving the batches' stream
+// a higher CUDA priority did not help (61%).
 // The switch comes at the start of the first batch after the phase is done, in that batch's
 // stream: new members written since the phase began (the `written` bits) are filled again from
 // the pool; then kernels use the new set. A resize drops everything (bucket ids change).
@@ -439,16 +444,21 @@ class BucketCache {
     return v;
   }
 
-  // The loading phase's fill, beside batches: one block per SM (header comment).
-  unsigned load_blocks() const {
-    int device = 0, sms = 1;
+  // The phase's kernels run beside batches on few blocks (header comment): the fill on one per
+  // SM, the sweeps over ids and lines on a quarter of the SMs.
+  static unsigned sms() {
+    int device = 0, count = 1;
     GPHASH_CUDA(cudaGetDevice(&device));
-    GPHASH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return std::min(static_cast<unsigned>(sms), fill_blocks());
+    GPHASH_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return static_cast<unsigned>(count);
   }
+  unsigned load_blocks() const { return std::min(sms(), fill_blocks()); }
   unsigned fill_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((uint64_t{lines_max_} + 255) / 256, 4096)); }
-  unsigned id_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((ids_ + 255) / 256, 8192)); }
-  unsigned line_blocks() const { return static_cast<unsigned>(std::min<uint64_t>((used_.size() + 255) / 256, 8192)); }
+  static unsigned sweep_blocks(uint64_t items) {
+    return static_cast<unsigned>(std::min<uint64_t>((items + 255) / 256, std::max(1u, sms() / 4)));
+  }
+  unsigned id_blocks() const { return sweep_blocks(ids_); }
+  unsigned line_blocks() const { return sweep_blocks(used_.size()); }
 
   void start_phase(const T& dt, cudaStream_t stream) {
     staging_ = current_ < 0 ? 0 : 1 - current_;
