@@ -12,7 +12,11 @@
 //     spread over the whole region (a batch sorted by address); sequential;
 //   the reader (--readers): ilp1, ilp4: 16-byte ld.global.cg loads (L2 only; a warp reads 512
 //     bytes per instruction as 512/granule pieces, 1 or 4 instructions in flight); tma: Hopper's
-//     bulk copies (cp.async.bulk into shared memory, 16 pieces per warp per round).
+//     bulk copies (cp.async.bulk into shared memory, 16 pieces per warp per round); st, st-fence:
+//     not reads but 8-byte stores (a warp writes 256 bytes per instruction as 256/granule pieces,
+//     granules from 8 bytes), st-fence with a system fence after each round, as a warp that
+//     persists its writes makes (the host-mapped index's updates write 8-byte value words into
+//     random buckets: is their rate the region's translations or the link's?).
 // Also a pinned host-to-device copy of 1 GiB, the link's ceiling. One line per measurement; all
 // of them as JSON with --json. H200 results: bench/results/2026-11-28-bucket-order.
 //
@@ -85,6 +89,22 @@ __global__ void load_reads(const unsigned char* base, uint64_t pieces, uint32_t 
     for (int k = 0; k < ILP; ++k) acc ^= v[k].x ^ v[k].w;
   }
   if (acc == 0x9e3779b9u) atomicAdd(sink, 1ull);  // keeps the loads alive
+}
+
+// Stores: each lane writes 8 bytes of a piece of `granule` bytes (granule/8 lanes); each
+// instruction of a warp writes 256/granule pieces. With kFence a system fence ends each round.
+template <bool kFence>
+__global__ void store_writes(unsigned char* base, uint64_t pieces, uint32_t granule, uint64_t rounds, int pattern,
+                             uint64_t batch) {
+  const uint32_t lanes_per_piece = granule / 8, per_warp = 32 / lanes_per_piece;
+  const uint32_t lane = threadIdx.x & 31, piece_in_warp = lane / lanes_per_piece, part = lane % lanes_per_piece;
+  const uint64_t warp = (uint64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32, warps = uint64_t{gridDim.x} * blockDim.x / 32;
+  for (uint64_t r = 0; r < rounds; ++r) {
+    const uint64_t p = (r * warps + warp) * per_warp + piece_in_warp;
+    const uint64_t off = piece_at(p, pieces, pattern, batch) * granule + part * 8;
+    *reinterpret_cast<volatile uint64_t*>(base + off) = p;
+    if constexpr (kFence) __threadfence_system();
+  }
 }
 
 // Bulk copies (Hopper's TMA, cp.async.bulk): lane 0 of each warp copies 16 pieces per round
@@ -220,27 +240,44 @@ void free_region(Region& r) {
   }
 }
 
-// GB/s of one way of reading (ilp 0: bulk copies, else loads with that ILP) over a region.
-double read_rate(const Region& r, uint32_t granule, int ilp, int pattern, uint64_t batch, int sms, unsigned long long* sink) {
+// The ways of touching host memory: reads (bulk copies, or loads with ILP 1 or 4) and stores.
+enum Reader : int { kTma, kIlp1, kIlp4, kStore, kStoreFence };
+
+// GB/s of one reader over a region.
+double read_rate(const Region& r, uint32_t granule, Reader reader, int pattern, uint64_t batch, int sms,
+                 unsigned long long* sink) {
   unsigned char* dev;
   check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev), r.ptr, 0), "cudaHostGetDevicePointer");
   const int block = 256;
   const size_t smem = size_t{kTmaWarps} * kTmaPieces * granule;
-  if (ilp == 0) cudaFuncSetAttribute(tma_reads, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (reader == kTma) cudaFuncSetAttribute(tma_reads, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   // As many blocks as are resident at once, so that round-major numbering is the order in time.
   int per_sm = 0;
-  if (ilp == 0) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tma_reads, block, smem);
-  else if (ilp == 1) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, load_reads<1>, block, 0);
-  else cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, load_reads<4>, block, 0);
+  switch (reader) {
+    case kTma: cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tma_reads, block, smem); break;
+    case kIlp1: cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, load_reads<1>, block, 0); break;
+    case kIlp4: cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, load_reads<4>, block, 0); break;
+    case kStore: cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_writes<false>, block, 0); break;
+    case kStoreFence: cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, store_writes<true>, block, 0); break;
+  }
   const int blocks = sms * std::max(per_sm, 1);
   const uint64_t warps = uint64_t(blocks) * block / 32, pieces = r.bytes / granule;
-  const uint64_t per_round = ilp == 0 ? kTmaPieces : uint64_t(ilp) * (512 / granule);
-  const uint64_t rounds = std::max<uint64_t>(1, (uint64_t{1} << 30) / granule / (warps * per_round));  // ~1 GiB
+  const uint64_t per_round = reader == kTma    ? kTmaPieces
+                             : reader == kIlp1 ? 512 / granule
+                             : reader == kIlp4 ? 4 * (512 / granule)
+                                               : 256 / granule;
+  // About 1 GiB read; stores, a sixteenth of that.
+  const uint64_t total = reader == kStore || reader == kStoreFence ? uint64_t{1} << 26 : uint64_t{1} << 30;
+  const uint64_t rounds = std::max<uint64_t>(1, total / granule / (warps * per_round));
   const double bytes = double(warps) * rounds * per_round * granule;
   auto launch = [&](uint64_t n) {
-    if (ilp == 0) tma_reads<<<blocks, block, smem>>>(dev, pieces, granule, n, pattern, batch, sink);
-    else if (ilp == 1) load_reads<1><<<blocks, block>>>(dev, pieces, granule, n, pattern, batch, sink);
-    else load_reads<4><<<blocks, block>>>(dev, pieces, granule, n, pattern, batch, sink);
+    switch (reader) {
+      case kTma: tma_reads<<<blocks, block, smem>>>(dev, pieces, granule, n, pattern, batch, sink); break;
+      case kIlp1: load_reads<1><<<blocks, block>>>(dev, pieces, granule, n, pattern, batch, sink); break;
+      case kIlp4: load_reads<4><<<blocks, block>>>(dev, pieces, granule, n, pattern, batch, sink); break;
+      case kStore: store_writes<false><<<blocks, block>>>(dev, pieces, granule, n, pattern, batch); break;
+      case kStoreFence: store_writes<true><<<blocks, block>>>(dev, pieces, granule, n, pattern, batch); break;
+    }
   };
   cudaEvent_t a, b;
   cudaEventCreate(&a);
@@ -276,7 +313,7 @@ int main(int argc, char** argv) {
     else if (k == "--granules") granules_s = v;
     else if (k == "--kinds") kinds_s = v;
     else if (k == "--patterns") patterns_s = v;  // random, sequential, sorted:BATCH
-    else if (k == "--readers") readers_s = v;    // ilp1, ilp4, tma
+    else if (k == "--readers") readers_s = v;    // ilp1, ilp4, tma, st, st-fence
     else if (k == "--hugetlbfs") hugetlbfs = v;
     else if (k == "--json") json_path = v;
     else {
@@ -333,15 +370,23 @@ int main(int argc, char** argv) {
           for (const std::string& reader : split(readers_s)) {
             const int pat = pattern == "random" ? kRandom : pattern == "sequential" ? kSequential : kSorted;
             const uint64_t batch = pat == kSorted ? std::stoull(pattern.substr(pattern.find(':') + 1)) : 1;
-            const int ilp = reader == "tma" ? 0 : reader == "ilp4" ? 4 : 1;
+            const Reader how = reader == "tma"        ? kTma
+                               : reader == "ilp4"     ? kIlp4
+                               : reader == "st"       ? kStore
+                               : reader == "st-fence" ? kStoreFence
+                                                      : kIlp1;
             if (pat == kSorted && (batch == 0 || batch > r.bytes / granule)) continue;
-            // Loads split a piece over lanes of one warp instruction (16 to 512 bytes); bulk copies
-            // take any multiple of 16 that fits the shared memory.
-            if (granule % 16 != 0 || (ilp != 0 && granule > 512) || (ilp == 0 && granule > 1024)) {
+            // Loads split a piece over lanes of one warp instruction (16 to 512 bytes), stores (8
+            // to 256 bytes, a power of two); bulk copies take any multiple of 16 that fits the
+            // shared memory.
+            const bool stores = how == kStore || how == kStoreFence;
+            const bool fits = stores ? granule >= 8 && granule <= 256 && (granule & (granule - 1)) == 0
+                                     : granule % 16 == 0 && granule <= (how == kTma ? 1024u : 512u);
+            if (!fits) {
               std::printf("granule %zu B: not measured by %s\n", granule, reader.c_str());
               continue;
             }
-            const double gbps = read_rate(r, uint32_t(granule), ilp, pat, batch, sms, sink);
+            const double gbps = read_rate(r, uint32_t(granule), how, pat, batch, sms, sink);
             std::printf("%-10s %6zu MiB  huge %5.1f%%  %-16s %-4s granule %3zu B: %6.1f GB/s  %7.1f M pieces/s\n",
                         kind.c_str(), mib, 100 * huge, pattern.c_str(), reader.c_str(), granule, gbps, gbps * 1e3 / granule);
             std::fflush(stdout);
