@@ -164,6 +164,27 @@ TEST(HmehTable, APoolAtItsSizeLimitFailsInsertsTypedAndLosesNothing) {
   EXPECT_EQ(c.items, stored.size());
 }
 
+// A table holding exactly its capacity, a power of two, updates every item without growing its
+// heap: an update takes its new cell before it frees the old one, and the first chunk has room
+// for a sixteenth more than the capacity (it had none, and the first update grew the heap).
+TEST(HmehTable, ATableAtItsCapacityUpdatesWithoutGrowingItsHeap) {
+  TempPool pool("hmeh-table");
+  TableConfig config = hmeh_config(8, 32);
+  config.capacity = 4096;
+  Table t = Table::create(pool.path(), config);
+  const Items items(4096, 8, 32, 7);
+  insert(t, items);
+  Items updated = items;
+  for (std::byte& b : updated.values) b = ~b;
+  std::vector<OpStatus> status(updated.size());
+  t.execute({updated.size(), 8, 32, Op::kUpdate, nullptr, updated.keys.data(), updated.values.data(), nullptr, status.data()});
+  EXPECT_EQ(std::count(status.begin(), status.end(), OpStatus::kOk), static_cast<long>(updated.size()));
+  EXPECT_EQ(t.info().heap_grows, 0u);
+  std::map<std::string, std::string> want;
+  for (size_t i = 0; i < updated.size(); ++i) want.emplace(updated.key(i), updated.value(i));
+  EXPECT_EQ(export_all(t, 1024), want);
+}
+
 void mark_dirty(const std::string& path) {
   auto pool = pool::Pool::open(path, {});
   format::PoolHeader h = pool->header();

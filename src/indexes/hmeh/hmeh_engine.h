@@ -270,6 +270,7 @@ class HmehEngine final : public Index {
   engine::EngineStats stats() const override {
     engine::EngineStats s = stats_;
     s.resizes = splits_.load(std::memory_order_relaxed);  // HMEH grows by segment splits
+    s.heap_grows = heap_grows_.load(std::memory_order_relaxed);
     s.last_resize_seconds = last_split_seconds_;
     s.resize_seconds = hstats_.split_seconds;  // thread-seconds: splits run in parallel
     s.slots = live_.load(std::memory_order_relaxed) * geo_.slots();
@@ -512,6 +513,7 @@ class HmehEngine final : public Index {
             if (e.code() != ErrorCode::kNoSpace) throw;
             return kNoCell;
           }
+          heap_grows_.fetch_add(1, std::memory_order_relaxed);
           cells_.grow(meta_.heap().capacity());
         }
       }
@@ -1187,6 +1189,7 @@ class HmehEngine final : public Index {
   uint64_t items_ = 0;
   std::atomic<uint64_t> live_{0};
   std::atomic<uint64_t> splits_{0};
+  std::atomic<uint64_t> heap_grows_{0};
   std::vector<FreshRun> fresh_runs_ = std::vector<FreshRun>(static_cast<size_t>(threads_));
   std::mutex stats_mutex_;
   double last_split_seconds_ = 0;

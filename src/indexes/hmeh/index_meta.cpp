@@ -114,7 +114,10 @@ void IndexMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   m.node_chunk_offset[0] = pool.allocate_extent(h, m.node_first_chunk * fh::kNodeBytes);
   if (!format::value_is_inline(config.value_width)) {
     m.cell_size = format::cell_size_for(config.value_width, false);
-    m.heap_first_chunk_cells = std::max<uint64_t>(64, next_pow2(config.capacity));
+    // Room for the capacity and a sixteenth more, as GPHash's heap (engines/common/table_meta.cpp):
+    // an update takes its new cell before it frees the old one, so a table holding exactly its
+    // capacity, a power of two, grew its heap on its first update.
+    m.heap_first_chunk_cells = std::max<uint64_t>(64, next_pow2(config.capacity + config.capacity / 16));
     m.heap_chunk_count = 1;
     m.heap_chunk_offset[0] = pool.allocate_extent(h, m.heap_first_chunk_cells * m.cell_size);
   }
