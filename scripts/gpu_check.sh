@@ -4,9 +4,9 @@
 #
 #   scripts/gpu_check.sh [tests|bench|all]     (default: all)
 #
-# tests: every GPU test (ctest -L gpu), the GPU cases of suites shared with the CPU engine, the GPU
-#        kill test, GPU crash injection and forced CUDA failures (from a crash-point build), the
-#        device-session example.
+# tests: every GPU test (ctest -L gpu, which includes the GPU cases of suites shared with the CPU
+#        engine), the GPU kill test, GPU crash injection and forced CUDA failures (from a
+#        crash-point build), the device-session example.
 # bench: gpu_bench (and, with GPHASH_BASELINE=DIR, the gpu_bench of an earlier source tree built
 #        beside it, run in the same call on the same GPU, for before/after figures), the main job
 #        with the GPU engine, and the server benchmark when memcached is in .deps/.
@@ -54,9 +54,9 @@ echo "build: $(($(date +%s) - t0)) s"
 main=$builds/main
 
 if [[ $mode != bench ]]; then
+  # Every GPU test, the GPU cases of suites that cover both engines among them (tests/CMakeLists.txt,
+  # GPU_CASES).
   ctest --test-dir "$main" -L gpu --output-on-failure --timeout "${GPHASH_TEST_TIMEOUT:-300}" >"$out/gpu_tests.log" 2>&1 || status=1
-  # The GPU cases of suites that cover both engines (labelled cpu: they skip the GPU elsewhere).
-  ctest --test-dir "$main" -L cpu -R "(/gpu$|GpuEngine)" --output-on-failure --timeout "${GPHASH_TEST_TIMEOUT:-300}" >"$out/gpu_cases_tests.log" 2>&1 || status=1
   # SIGKILL with kernels in flight, recovered and verified by both engines.
   GPHASH_CRASH_ENGINE=gpu GPHASH_KILLS=${GPHASH_GPU_KILLS:-200} GPHASH_KILL_SECONDS=${GPHASH_GPU_KILL_SECONDS:-120} \
     "$main/tests/crash/kill_test" >"$out/gpu_kill_test.log" 2>&1 || status=1
@@ -81,7 +81,6 @@ fi
 echo "==== summary"
 if [[ $mode != bench ]]; then
   grep -E "tests passed|tests failed" "$out/gpu_tests.log" | sed 's/^/gpu tests: /'
-  grep -E "tests passed|tests failed" "$out/gpu_cases_tests.log" | sed 's/^/gpu cases of shared suites: /'
   grep -hE "^\s+[0-9]+ - .*(Failed|Timeout|Exception)" "$out"/*_tests.log | head -20
   grep -E "kills|PASSED|FAILED" "$out/gpu_kill_test.log" | sed 's/^/gpu kill test: /' | head -4
   grep -E "traps verified|CUDA failures|PASSED|FAILED" "$out/gpu_crash_test.log" | sed 's/^/gpu crash test: /' | head -6
