@@ -115,8 +115,8 @@ void IndexMeta::initialize(pool::Pool& pool, const TableConfig& config) {
   if (!format::value_is_inline(config.value_width)) {
     m.cell_size = format::cell_size_for(config.value_width, false);
     // Room for the capacity and a sixteenth more, as GPHash's heap (engines/common/table_meta.cpp):
-    // an update takes its new cell before it frees the old one, so a table holding exactly its
-    // capacity, a power of two, grew its heap on its first update.
+    // with exactly the capacity (a power of two), a load to it grew the heap (threads keep cells at
+    // hand), and so did the first update of a full table (its new cell comes before the old is freed).
     m.heap_first_chunk_cells = std::max<uint64_t>(64, next_pow2(config.capacity + config.capacity / 16));
     m.heap_chunk_count = 1;
     m.heap_chunk_offset[0] = pool.allocate_extent(h, m.heap_first_chunk_cells * m.cell_size);
