@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "format/header.h"
+#include "pool/pool.h"
 #include "gphash/table.h"
 #include "test_util.h"
 
@@ -378,6 +379,38 @@ TEST(PoolReservation, CreateAllocatesTheSpaceAndGrowthUsesIt) {
   expect_error([&] { Table::create(refused.path(), {8, 8, {}, 1024, 1}, over); }, ErrorCode::kInvalidArgument,
                "reserve_pool_bytes", "reserve over max");
   EXPECT_FALSE(fs::exists(refused.path()));
+}
+
+// Pool::reserve_ahead: space past the file's end, allocated on a thread of its own, which the next
+// growth uses; what no growth used goes back when the pool closes, and a size limit bounds it.
+TEST(PoolReservation, SpaceReservedAheadIsGrownIntoAndTheRestGivenBackAtClose) {
+  constexpr uint64_t kAhead = uint64_t{16} << 20, kGrow = uint64_t{4} << 20;
+  TempPool pool("reserve-ahead");
+  Table::create(pool.path(), {8, 8, {}, 1024, 1}).close();
+  const uint64_t size = fs::file_size(pool.path());
+  {
+    auto p = pool::Pool::open(pool.path(), {});
+    p->reserve_ahead(kAhead);
+    format::PoolHeader h = p->header();
+    p->allocate_extent(h, kGrow);  // waits for the reservation, then grows into it
+    EXPECT_GE(p->file_size(), size + kGrow);
+    EXPECT_GE(allocated_bytes(pool.path()), size + kAhead);
+  }
+  const uint64_t grown = fs::file_size(pool.path());
+  EXPECT_LE(allocated_bytes(pool.path()), grown) << "the unused reservation stayed allocated";
+  Table reopened = Table::open(pool.path());
+  EXPECT_EQ(reopened.size(), 0u);
+  reopened.close();
+
+  pool::OpenOptions limited;
+  limited.max_size = grown + (uint64_t{2} << 20);
+  {
+    auto p = pool::Pool::open(pool.path(), limited);
+    p->reserve_ahead(kAhead);
+    format::PoolHeader h = p->header();
+    p->allocate_extent(h, uint64_t{1} << 20);
+    EXPECT_LE(allocated_bytes(pool.path()), limited.max_size) << "reserved past the size limit";
+  }
 }
 
 // The size of a pool created with `config`, before any insert.

@@ -279,6 +279,7 @@ std::unique_ptr<Pool> Pool::create(const std::string& spec, const CreateOptions&
                             options.reserve_bytes, pool->path_, reserve),
                 "reserve_pool_bytes");
   if (options.reserve_bytes) pool->reserve_file_space(options.reserve_bytes);
+  pool->kept_end_ = options.reserve_bytes;
   pool->map_file(reserve);
   pool->grow_file(align_up(format::kReservedPrefixBytes, uint64_t{1} << align_log2));
   pool->header_.pool_used = format::kReservedPrefixBytes;
@@ -322,11 +323,18 @@ std::unique_ptr<Pool> Pool::open(const std::string& spec, const OpenOptions& opt
   uint64_t reserve = std::max(options.max_size ? align_up(options.max_size, kBaseAlign) : kDefaultReserve,
                               align_up(size, kBaseAlign));
   pool->file_size_ = size;
+  pool->kept_end_ = static_cast<uint64_t>(st.st_blocks) * 512;  // an upper bound of what lies past the size
   pool->map_file(reserve);
   return pool;
 }
 
 Pool::~Pool() {
+  wait_ahead();
+  // Space reserved ahead that no growth used goes back to the file system.
+  const uint64_t unused_from = std::max(file_size_, kept_end_);
+  if (fd_ >= 0 && ahead_end_ > unused_from)
+    (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(unused_from),
+                    static_cast<off_t>(ahead_end_ - unused_from));
   if (base_) munmap(base_, reserved_);
   if (!temp_path_.empty()) unlink(temp_path_.c_str());
   if (fd_ >= 0) close(fd_);
@@ -438,7 +446,24 @@ bool Pool::reserved_through(uint64_t end) const {
   return fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 >= end;
 }
 
+void Pool::reserve_ahead(uint64_t bytes) {
+  if ((kind_ != PoolKind::kShm && kind_ != PoolKind::kMemory) || read_only_ || copy_on_write_) return;
+  wait_ahead();
+  const uint64_t from = std::max(file_size_, ahead_end_);
+  const uint64_t end = std::min(from + bytes, max_size_ ? std::min(max_size_, reserved_) : reserved_);
+  if (end <= from) return;
+  ahead_end_ = end;
+  ahead_ = std::thread([fd = fd_, from, end] {
+    (void)fallocate(fd, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from), static_cast<off_t>(end - from));
+  });
+}
+
+void Pool::wait_ahead() {
+  if (ahead_.joinable()) ahead_.join();
+}
+
 void Pool::grow_file(uint64_t new_size, Populate populate) {
+  wait_ahead();
   if (new_size <= file_size_) return;
   if (read_only_ || copy_on_write_)
     throw Error(ErrorCode::kReadOnly, fmt::format("pool {} is open read-only (or as a private view) and cannot grow", path_));
@@ -704,6 +729,7 @@ void Pool::populate(void* p, uint64_t n) const {
 
 void Pool::release_extent(uint64_t offset, uint64_t bytes) {
   if (copy_on_write_) return;  // the file is not ours to change
+  wait_ahead();
   // Best effort: the memory returns to the file system; reads would see zeros. No dirty mark: a
   // restore clears every range outside the header's extents (src/snapshot/restore.cpp).
   (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset), static_cast<off_t>(bytes));

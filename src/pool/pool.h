@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "format/header.h"
 #include "pool/dirty_pages.h"
@@ -133,6 +134,12 @@ class Pool {
   void populate(void* p, uint64_t n) const;
   // Returns an extent's memory to the file system (its offsets stay reserved).
   void release_extent(uint64_t offset, uint64_t bytes);
+  // Allocates file space for the next `bytes` of growth past the file's end (and past what was
+  // reserved ahead before) on a thread of its own, while the caller goes on: the growth that comes
+  // then finds its pages there. tmpfs and memory pools, within the size limit; elsewhere nothing.
+  // Changes nothing the header describes: a crash leaves at most that space allocated past the
+  // file's size, which the next growth uses. What no growth used goes back when the pool closes.
+  void reserve_ahead(uint64_t bytes);
 
   // Pages changed since the last snapshot took them (dirty_pages.h says who marks what).
   DirtyPages& dirty_pages() const { return *dirty_pages_; }
@@ -156,6 +163,7 @@ class Pool {
   void grow_file(uint64_t new_size, Populate populate = Populate::kNow);
   void reserve_file_space(uint64_t bytes);
   bool reserved_through(uint64_t end) const;
+  void wait_ahead();
 
   int fd_ = -1;
   std::unique_ptr<class OpenRegistration> registration_;  // this process's record that it has the pool open
@@ -170,6 +178,9 @@ class Pool {
   std::byte* base_ = nullptr;
   uint64_t reserved_ = 0;   // bytes of address space reserved at base_
   uint64_t file_size_ = 0;  // bytes mapped (= the file's size)
+  std::thread ahead_;       // reserve_ahead()'s fallocate
+  uint64_t ahead_end_ = 0;  // where the space it reserved ends
+  uint64_t kept_end_ = 0;   // file space reserved otherwise (create's reserve_bytes, or found at open): kept
   uint64_t max_size_ = 0;
   format::PoolHeader header_{};
   // header_'s attachment fields, kept apart for attachment(): a store's rounds read them while a
