@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "format/header.h"
@@ -652,6 +655,33 @@ TEST(HeaderFallback, TornNewerCopyFallsBackToOlder) {
     EXPECT_EQ(t.size(), 1995u);
     EXPECT_FALSE(t.info().recovered);
   }
+}
+
+// A table that resizes by itself has its next level and heap chunk reserved ahead (TableMeta::
+// reserve_growth_ahead) once it is half way there: the pool's file has more blocks than its size
+// before the growth, the growth uses them, and what is left goes back at close.
+TEST_P(PoolExhaustion, TheNextGrowthIsReservedAheadAndTheRestGivenBackAtClose) {
+  TempPool pool("grow-ahead");
+  Table t = Table::create(pool.path(), {8, 32, {}, 4096, 3}, engine_options());
+  const uint64_t slots = t.info().slots, heap_cells = t.info().heap_cells;
+  const uint64_t half_way = static_cast<uint64_t>(0.5 * OpenOptions{}.max_load_factor * static_cast<double>(std::min(slots, heap_cells)));
+  std::vector<uint64_t> keys = key_range(1, half_way + 64);
+  run(t, Op::kInsert, keys);
+  ASSERT_EQ(t.info().slots, slots) << "grew before the test could look";
+  // The reservation runs on a thread of its own: wait for its blocks.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (allocated_bytes(pool.path()) <= fs::file_size(pool.path()) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GT(allocated_bytes(pool.path()), fs::file_size(pool.path())) << "nothing reserved ahead";
+  keys = key_range(1, 2 * slots);
+  run(t, Op::kInsert, keys);
+  EXPECT_GT(t.info().slots, slots);
+  expect_present(t, keys);
+  t.close();
+  EXPECT_LE(allocated_bytes(pool.path()), fs::file_size(pool.path())) << "the unused reservation stayed allocated";
+  Table again = Table::open(pool.path(), engine_options());
+  EXPECT_EQ(again.size(), keys.size());
+  expect_present(again, keys);
 }
 
 }  // namespace

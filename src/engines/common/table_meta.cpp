@@ -119,6 +119,27 @@ void TableMeta::grow_heap(pool::Pool::Populate populate) {
   GPHASH_CRASH_POINT("heap.grow.after_header");
 }
 
+// Half way: a LOAD of 8.4 M items (32-byte keys and values) into a table made for 64 K (7 resizes,
+// 6 heap growths) with the CPU engine on the 2-core VM, alternating with the binary before:
+// 6.04-7.02 -> 6.79-7.71 M/s in 6 of 6 pairs, 13 of 15 pairs over three runs. Reserving at once
+// after each growth gained 10-14%, but then a table that stops growing holds its next level's
+// memory until it closes. Space reserved and not grown into goes back at close.
+void TableMeta::reserve_growth_ahead(uint64_t items, double max_load_factor) {
+  constexpr double kAheadAt = 0.5;
+  const PoolHeader& h = header();
+  const uint32_t next_top = format::top_level(h) + 1;
+  if (next_top <= format::kMaxLevel && reserved_level_ != next_top &&
+      static_cast<double>(items) >= kAheadAt * max_load_factor * static_cast<double>(slot_capacity())) {
+    reserved_level_ = next_top;
+    pool_.reserve_ahead(format::level_bytes(h, next_top));
+  }
+  if (has_heap() && h.gphash.heap_chunk_count < format::kMaxHeapChunks && reserved_chunk_ != h.gphash.heap_chunk_count &&
+      static_cast<double>(items) >= kAheadAt * static_cast<double>(heap_cells())) {
+    reserved_chunk_ = h.gphash.heap_chunk_count;
+    pool_.reserve_ahead(format::heap_geometry(h).chunk_cells(h.gphash.heap_chunk_count) * h.gphash.cell_size);
+  }
+}
+
 void TableMeta::mark_open_dirty() { pool_.mark_open_dirty(); }
 
 void TableMeta::mark_clean(uint64_t item_count) { pool_.mark_clean(item_count); }

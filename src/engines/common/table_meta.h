@@ -47,11 +47,19 @@ class TableMeta {
   // Adds a heap chunk (doubling the heap). Throws kNoSpace when the pool cannot grow.
   void grow_heap(pool::Pool::Populate populate = pool::Pool::Populate::kNow);
 
+  // Growth ahead (pool::Pool::reserve_ahead): once `items` reach half of what the next resize waits
+  // for at `max_load_factor`, the file space of the level it adds is allocated on a thread of its
+  // own while batches go on, and the same for the heap's next chunk once half its cells could be in
+  // use; the growth then finds its pages there. Both engines call it after a batch of a table that
+  // resizes by itself (table_meta.cpp has the measurements).
+  void reserve_growth_ahead(uint64_t items, double max_load_factor);
+
   void mark_open_dirty();                   // persisted before the first write of a session
   void mark_clean(uint64_t item_count);     // persisted at a clean shutdown
 
  private:
   pool::Pool& pool_;
+  uint32_t reserved_level_ = 0, reserved_chunk_ = 0;  // what reserve_growth_ahead() last reserved for
 };
 
 }  // namespace gphash::engine

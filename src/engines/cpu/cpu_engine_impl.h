@@ -199,33 +199,8 @@ class CpuEngine final : public Engine {
     int64_t delta = 0;
     for (const Padded& d : deltas) delta += d.value;
     items_ = static_cast<uint64_t>(static_cast<int64_t>(items_) + delta);
-    reserve_growth_ahead();
+    if (auto_resize_) meta_.reserve_growth_ahead(items_, max_load_factor_);
     pool_.sync();  // the durability point: the batch is acknowledged after this
-  }
-
-  // Growth ahead (pool::Pool::reserve_ahead): once the table holds half of what its next resize
-  // waits for, the file space of the level that resize adds is allocated on a thread of its own
-  // while batches go on, and the same for the heap's next chunk once half its cells could be in
-  // use; the growth then finds its pages there. A LOAD of 8.4 M items (32-byte keys and values)
-  // into a table made for 64 K (7 resizes, 6 heap growths) on the 2-core VM, alternating with the
-  // binary before: 6.04-7.02 -> 6.79-7.71 M/s in 6 of 6 pairs, 13 of 15 pairs over three runs
-  // (reserving at once after each growth: +10-14%, but then a table that stops growing holds its
-  // next level's memory until it closes). Space reserved and not grown into goes back at close.
-  void reserve_growth_ahead() {
-    constexpr double kAheadAt = 0.5;
-    if (!auto_resize_) return;
-    const format::PoolHeader& h = meta_.header();
-    const uint32_t next_top = format::top_level(h) + 1;
-    if (next_top <= format::kMaxLevel && reserved_level_ != next_top &&
-        static_cast<double>(items_) >= kAheadAt * max_load_factor_ * static_cast<double>(meta_.slot_capacity())) {
-      reserved_level_ = next_top;
-      pool_.reserve_ahead(format::level_bytes(h, next_top));
-    }
-    if (meta_.has_heap() && h.gphash.heap_chunk_count < format::kMaxHeapChunks &&
-        reserved_chunk_ != h.gphash.heap_chunk_count && static_cast<double>(items_) >= kAheadAt * static_cast<double>(meta_.heap_cells())) {
-      reserved_chunk_ = h.gphash.heap_chunk_count;
-      pool_.reserve_ahead(format::heap_geometry(h).chunk_cells(h.gphash.heap_chunk_count) * h.gphash.cell_size);
-    }
   }
 
   // The first keys' candidate tag words (buckets without the mirror), as run_range's first stage
@@ -509,7 +484,6 @@ class CpuEngine final : public Engine {
   double max_load_factor_;
   Table table_;
   uint64_t items_ = 0;
-  uint32_t reserved_level_ = 0, reserved_chunk_ = 0;  // what reserve_growth_ahead() last reserved for
   EngineStats stats_;
   bool closed_ = false;
 };
