@@ -51,7 +51,7 @@ class TableMeta {
   // for at `max_load_factor`, the file space of the level it adds is allocated on a thread of its
   // own while batches go on, and the same for the heap's next chunk once half its cells could be in
   // use; the growth then finds its pages there. Both engines call it after a batch of a table that
-  // resizes by itself (table_meta.cpp has the measurements).
+  // resizes by itself (the measurements: table_meta.cpp, the GPU engine's reserve_growth_ahead).
   void reserve_growth_ahead(uint64_t items, double max_load_factor);
 
   void mark_open_dirty();                   // persisted before the first write of a session

@@ -869,7 +869,7 @@ class GpuEngine final : public Engine {
   // growth is GPU memory. H200, LOAD of 16.8 M items (32-byte keys and values) into a table made
   // for 84 K (8 resizes, 7 heap growths), pool in /dev/shm, against the same build without it:
   // batches of 2^20 19.1, 22.3 against 16.8, 15.3 M/s end to end, 2^16 18.7 against 14.2; the
-  // growths' time 0.51-0.59 s against 0.74-0.83 (bench/results/2026-12-02-round-trip).
+  // growths' time 0.47-0.57 s against 0.74-0.83 (bench/results/2026-12-02-round-trip).
   void reserve_growth_ahead() {
     if (gpu_memory_ || !options_.auto_resize || pool_.read_only()) return;
     meta_.reserve_growth_ahead(items_, options_.max_load_factor);
